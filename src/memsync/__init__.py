@@ -1,0 +1,3 @@
+"""memsync: keep agent Memory Stores in git."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""memsync.api (see design.md §3)."""

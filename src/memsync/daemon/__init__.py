@@ -1,0 +1,1 @@
+"""memsync.daemon (see design.md §3)."""

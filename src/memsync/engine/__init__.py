@@ -1,0 +1,1 @@
+"""memsync.engine (see design.md §3)."""

@@ -1,0 +1,127 @@
+"""The one exception tree of memsync, and the exit codes it maps to.
+
+Every error memsync raises on purpose derives from :class:`MemsyncError` and carries the exit code
+that ``memsync`` exits with when it reaches the command line (design.md §4)::
+
+    MemsyncError                   1  root: something memsync could not do
+    ├── UserError                  1  printed as one actionable line, no traceback
+    │   ├── UsageError             2  the command line is wrong
+    │   ├── ConfigError            2  the configuration is missing, unreadable or invalid
+    │   ├── EnvironmentProblem     2  the machine lacks something (git binary, case-sensitive fs)
+    │   ├── RuleViolation          1  a path, content or metadata breaks a dialect rule (field, rule)
+    │   ├── LockHeld              75  another memsync holds the lock; try again
+    │   ├── DriftFound             5  verify found a difference between mirror and store
+    │   └── ConflictsPending       4  conflicts or rejected files wait for the user
+    ├── ApiError                   1  the Memory Store API failed (memsync.api refines it)
+    │   └── AuthenticationFailed   3  the token was refused
+    └── MirrorError                1  a mirror repository could not be read or written (memsync.mirror)
+        └── UnsafeInput            1  data from the API that must not be written (path, hash)
+
+Foreign errors (httpx, pygit2, sqlite3) are translated once, at the boundary of the package that
+imports them, so callers only ever see this tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Exit codes, in the order of precedence of design.md §4: when several apply, the first wins.
+EXIT_USAGE = 2
+EXIT_AUTH = 3
+EXIT_LOCKED = 75
+EXIT_FAILED = 1
+EXIT_DRIFT = 5
+EXIT_ATTENTION = 4
+EXIT_OK = 0
+
+_PRECEDENCE = (EXIT_USAGE, EXIT_AUTH, EXIT_LOCKED, EXIT_FAILED, EXIT_DRIFT, EXIT_ATTENTION, EXIT_OK)
+
+
+def combine_exit_codes(codes: Iterable[int]) -> int:
+    """The exit code for a run whose parts ended with ``codes`` (design.md §4 precedence)."""
+    seen = set(codes)
+    for code in _PRECEDENCE:
+        if code in seen:
+            return code
+    # An unknown code is a failure, never silently success.
+    return EXIT_FAILED if seen else EXIT_OK
+
+
+class MemsyncError(Exception):
+    """Root of every error memsync raises on purpose."""
+
+    exit_code: int = EXIT_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UserError(MemsyncError):
+    """An error the user can act on: printed as one line, without a traceback."""
+
+
+class UsageError(UserError):
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UserError):
+    exit_code = EXIT_USAGE
+
+
+class EnvironmentProblem(UserError):
+    exit_code = EXIT_USAGE
+
+
+class RuleViolation(UserError):
+    """A value breaks a rule of api.md §2-§4. ``field`` names the value, ``rule`` the rule broken."""
+
+    def __init__(self, field: str, rule: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.rule = rule
+        self.detail = message
+
+
+class LockHeld(UserError):
+    exit_code = EXIT_LOCKED
+
+
+class DriftFound(UserError):
+    exit_code = EXIT_DRIFT
+
+
+class ConflictsPending(UserError):
+    exit_code = EXIT_ATTENTION
+
+
+class ApiError(MemsyncError):
+    """A call to a Memory Store API failed. ``memsync.api.errors`` has the precise kinds."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.request_id = request_id
+
+
+class AuthenticationFailed(ApiError):
+    exit_code = EXIT_AUTH
+
+
+class MirrorError(MemsyncError):
+    """A mirror repository could not be read or written."""
+
+
+class UnsafeInput(MirrorError):
+    """Data from the API that memsync refuses to write (a hostile path, a content/hash mismatch)."""

@@ -1,0 +1,1 @@
+"""memsync.mirror (see design.md §3)."""

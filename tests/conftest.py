@@ -1,0 +1,62 @@
+"""Shared fixtures: an isolated git configuration, Hypothesis profiles and the real reference server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.support.server import ServerProcess
+
+# CI runs on 2 shared cores within a time budget; the soak profile is for scripts in benchmarks/.
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=150, deadline=None)
+settings.register_profile("soak", max_examples=3000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The real git binary is our oracle: give it a clean, known configuration."""
+    home = tmp_path_factory.mktemp("git-home")
+    gitconfig = home / "gitconfig"
+    gitconfig.write_text("[user]\n\tname = memsync tests\n\temail = tests@memsync.invalid\n")
+    saved = {k: os.environ.get(k) for k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")}
+    os.environ["GIT_CONFIG_GLOBAL"] = str(gitconfig)
+    os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One reference server for the whole session (tests create their own stores in it)."""
+    db = tmp_path_factory.mktemp("server") / "memstore.sqlite3"
+    with ServerProcess(db=db) as proc:
+        yield proc
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[object]:
+    """Start extra servers with their own flags (faults, retention); all stopped after the test."""
+    started: list[ServerProcess] = []
+
+    def start(*extra_args: str, db: Path | None = None, token: str = "test-token") -> ServerProcess:
+        proc = ServerProcess(
+            db=db or tmp_path / f"server{len(started)}.sqlite3", token=token, extra_args=list(extra_args)
+        )
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
