@@ -249,3 +249,32 @@ def _check_metadata(
         utf8_len(value, f"{field}.{key}")
         checked[key] = value
     return checked
+
+
+# --- durations ---------------------------------------------------------------------------------
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: object, field: str = "duration") -> float:
+    """Seconds in a duration written with its unit: "250ms", "90s", "5m", "12h", "30d"."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        raise RuleViolation(field, "unit", f'{text!r} has no unit; write it with one, e.g. "{text}s"')
+    if not isinstance(text, str):
+        raise RuleViolation(field, "type", 'must be a duration such as "250ms", "30s", "5m", "12h", "30d"')
+    raw = text.strip()
+    for unit in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if raw.endswith(unit):
+            number = raw[: -len(unit)].strip()
+            try:
+                value = float(number)
+            except ValueError:
+                break
+            if value < 0 or value != value:
+                break
+            return value * _DURATION_UNITS[unit]
+    raise RuleViolation(
+        field,
+        "format",
+        f'{text!r} is not a duration; write a number and a unit (ms, s, m, h, d, w), e.g. "5m"',
+    )
