@@ -261,7 +261,9 @@ def parse_duration(text: object, field: str = "duration") -> float:
     if isinstance(text, int | float) and not isinstance(text, bool):
         raise RuleViolation(field, "unit", f'{text!r} has no unit; write it with one, e.g. "{text}s"')
     if not isinstance(text, str):
-        raise RuleViolation(field, "type", 'must be a duration such as "250ms", "30s", "5m", "12h", "30d"')
+        raise RuleViolation(
+            field, "type", 'must be a duration with a unit, e.g. "250ms", "30s", "5m", "12h", "30d"'
+        )
     raw = text.strip()
     for unit in sorted(_DURATION_UNITS, key=len, reverse=True):
         if raw.endswith(unit):
