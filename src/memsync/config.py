@@ -1,0 +1,221 @@
+"""The TOML configuration, validated with pydantic, and the token it points at.
+
+Where the file is (design.md §4): ``--config FILE`` on the command line, else ``$MEMSYNC_CONFIG``, else
+``memsync.toml`` in the platform's config folder. Every key is documented in ``config.example.toml``.
+Errors name the key and the fix; the token itself never appears in one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memsync.errors import ConfigError, RuleViolation
+from memsync.rules import Dialect, parse_duration
+
+CONFIG_FILE_NAME = "memsync.toml"
+
+
+def _duration(value: object) -> float:
+    try:
+        return parse_duration(value, "value")
+    except RuleViolation as exc:
+        raise ValueError(exc.detail) from None
+
+
+Seconds = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Section(BaseModel):
+    # A misspelt key is an error, never silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApiConfig(_Section):
+    dialect: Dialect
+    base_url: str
+    token_env: str | None = None
+    token_file: Path | None = None
+    timeout: Seconds = 30.0
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError('must start with http:// or https://, e.g. "http://127.0.0.1:8765"')
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_token_source(self) -> ApiConfig:
+        if (self.token_env is None) == (self.token_file is None):
+            raise ValueError("set exactly one of token_env (an environment variable name) or token_file")
+        return self
+
+
+class MirrorConfig(_Section):
+    root: Path
+
+    @field_validator("root")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+class StoresConfig(_Section):
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    system_managed: Literal["any", "only", "exclude"] = "any"
+    include_archived: bool = False
+
+    def selects(self, store_id: str, name: str) -> bool:
+        """Whether a store is selected by id or by a glob over its name."""
+        return any(pattern == store_id or fnmatch.fnmatchcase(name, pattern) for pattern in self.include)
+
+
+class PushConfig(_Section):
+    # A push deleting at least 3 memories and more than this share of the store needs --force.
+    max_delete_share: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class DaemonHttpConfig(_Section):
+    listen: str | None = None  # "127.0.0.1:9465"; off when unset
+
+
+class DaemonConfig(_Section):
+    interval: Seconds = 300.0
+    jitter: Seconds = 30.0
+    debounce: Seconds = 0.25
+    max_wait: Seconds = 5.0
+    discovery_interval: Seconds = 900.0
+    full_scan_interval: Seconds = 86400.0
+    max_failures: int = Field(default=5, ge=1)
+    shutdown_deadline: Seconds = 30.0
+    http: DaemonHttpConfig = Field(default_factory=DaemonHttpConfig)
+
+
+class BackupRemote(_Section):
+    url: str
+
+
+class BackupConfig(_Section):
+    remotes: list[BackupRemote] = Field(default_factory=list)
+
+
+class LogConfig(_Section):
+    format: Literal["text", "json"] = "text"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Config(_Section):
+    api: ApiConfig
+    mirror: MirrorConfig
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+    push: PushConfig = Field(default_factory=PushConfig)
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    backup: BackupConfig = Field(default_factory=BackupConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    source: Path | None = Field(default=None, exclude=True)
+
+    def token(self) -> str:
+        """The API token, from ``token_env`` or ``token_file``."""
+        if self.api.token_env is not None:
+            value = os.environ.get(self.api.token_env, "")
+            if not value.strip():
+                raise ConfigError(
+                    f"api.token_env: the environment variable {self.api.token_env} is not set or empty;"
+                    " export it with your API token"
+                )
+            return value.strip()
+        assert self.api.token_file is not None
+        return read_token_file(self.api.token_file.expanduser(), self.mirror.root)
+
+
+def read_token_file(path: Path, mirror_root: Path) -> str:
+    """Read a token file that only its owner can read and that lies outside every mirror."""
+    resolved = path.resolve()
+    root = mirror_root.resolve()
+    if resolved == root or root in resolved.parents:
+        raise ConfigError(
+            f"api.token_file: {path} is inside the mirror root {mirror_root}; a token there could be"
+            " committed. Move it elsewhere (e.g. the platform's config folder)"
+        )
+    try:
+        info = resolved.stat()
+    except OSError as exc:
+        raise ConfigError(f"api.token_file: cannot read {path}: {exc.strerror}") from None
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
+    value = resolved.read_text(encoding="utf-8").strip()
+    if not value:
+        raise ConfigError(f"api.token_file: {path} is empty; put your API token in it")
+    return value
+
+
+def default_config_path() -> Path:
+    from platformdirs import user_config_path
+
+    return user_config_path("memsync") / CONFIG_FILE_NAME
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load and validate the config file (``None``: the platform default)."""
+    file = Path(path).expanduser() if path is not None else default_config_path()
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no config file at {file}; copy config.example.toml there, or pass --config FILE"
+            " (or set MEMSYNC_CONFIG)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {file}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    return parse_config(data, source=file)
+
+
+def parse_config(data: dict[str, Any], *, source: Path | None = None) -> Config:
+    """Validate a config mapping; relative paths are taken relative to the config file's folder."""
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+    if source is not None:
+        base = source.parent
+        updates: dict[str, Any] = {"source": source}
+        if not config.mirror.root.is_absolute():
+            updates["mirror"] = config.mirror.model_copy(update={"root": base / config.mirror.root})
+        if config.api.token_file is not None and not config.api.token_file.expanduser().is_absolute():
+            updates["api"] = config.api.model_copy(update={"token_file": base / config.api.token_file})
+        config = config.model_copy(update=updates)
+    return config
+
+
+def _describe(exc: ValidationError, source: Path | None) -> str:
+    where = f"{source}: " if source is not None else ""
+    problems = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            problems.append(f"{key}: unknown key; see config.example.toml for the valid keys")
+        elif error["type"] == "missing":
+            problems.append(f"{key}: required; add it to the config")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{key}: {message}")
+    return where + "; ".join(problems)
