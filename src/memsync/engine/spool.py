@@ -21,7 +21,7 @@ class ReverseSpool(Generic[T]):
     """Append items, then iterate them last-in first-out. Use as a context manager to free the file."""
 
     def __init__(self) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="memsync-spool-")
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="memsync-spool-")  # noqa: SIM115 (closed by close())
         self._offsets = array("Q")
         self._end = 0
 
@@ -46,7 +46,7 @@ class ReverseSpool(Generic[T]):
             start = self._offsets[index]
             self._file.seek(start)
             # Only memsync wrote this file, in this process: unpickling it is safe.
-            yield pickle.loads(self._file.read(end - start))  # noqa: S301
+            yield pickle.loads(self._file.read(end - start))
             end = start
 
     def close(self) -> None:
