@@ -1,0 +1,14 @@
+"""The embedded reference Memory Store server: one SQLite engine, three dialects (api.md).
+
+``run`` serves it (``memsync server``); ``create_app`` gives the ASGI app over an ``Engine`` for
+embedding; ``Engine`` is the storage with an injectable clock; ``load_seed_file`` seeds it.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+from .runner import default_db_path, run
+from .seeding import load_seed_file
+from .storage import Actor, Engine
+
+__all__ = ["Actor", "Engine", "create_app", "default_db_path", "load_seed_file", "run"]

@@ -1,0 +1,106 @@
+"""Assembling the ASGI app: the three dialect adapters over one engine, errors, auth, faults, schema."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Security
+from fastapi.openapi.utils import get_openapi
+from fastapi.security import APIKeyHeader, HTTPBearer
+
+from memsync.rules import Dialect
+
+from . import anthropic_api, qoder
+from .envelope import JsonAnswer, error_responses, install_error_handlers
+from .faults import FaultInjector
+from .gateway import ANTHROPIC_BASE, CLOUD_BASE, DEBUG_BASE, FORWARD_BASE, ASGIApp, Gateway
+from .storage import Engine
+
+# These only document the token forms in /openapi.json; the Gateway enforces them before routing.
+_bearer = HTTPBearer(auto_error=False, description="The server's token: `Authorization: Bearer <token>`.")
+_api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="Anthropic dialect: the token.")
+
+_DESCRIPTION = """\
+The memsync reference Memory Store: one engine, three dialects.
+
+* Qoder Forward at `/api/v1/forward` (seeds 000 and 003),
+* Qoder Cloud at `/api/v1/cloud` (seeds 002 and 004),
+* Anthropic Managed Agents at `/v1` (the `anthropic` SDK's `client.beta.memory_stores`).
+
+A store belongs to the dialect that created it. Errors use the envelope
+`{"type": "error", "error": {"type", "message"}, "request_id"}`; every answer carries `request-id`.
+"""
+
+
+def create_app(
+    engine: Engine,
+    *,
+    tokens: Sequence[str],
+    fault_rate: float = 0.0,
+    fault_seed: int | None = None,
+) -> ASGIApp:
+    """The whole server as an ASGI app (run it with :func:`memsync.server.run`, or any ASGI server
+    whose HTTP protocol is :class:`~memsync.server.faults.TransportExposingH11Protocol` when faults
+    are on)."""
+    api = FastAPI(
+        title="memsync reference Memory Store",
+        version="1",
+        description=_DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        strict_content_type=False,
+    )
+    install_error_handlers(api)
+    api.include_router(
+        qoder.build_router(engine, Dialect.FORWARD), prefix=FORWARD_BASE, dependencies=[Security(_bearer)]
+    )
+    api.include_router(
+        qoder.build_router(engine, Dialect.CLOUD), prefix=CLOUD_BASE, dependencies=[Security(_bearer)]
+    )
+    api.include_router(
+        anthropic_api.build_router(engine),
+        prefix=ANTHROPIC_BASE,
+        dependencies=[Security(_bearer), Security(_api_key)],
+    )
+
+    app: ASGIApp = api
+    if fault_rate > 0:
+        injector = FaultInjector(api, rate=fault_rate, seed=fault_seed)
+
+        @api.get(
+            DEBUG_BASE + "/faults",
+            include_in_schema=False,
+            responses=error_responses(),
+        )
+        async def fault_counts() -> JsonAnswer:
+            return JsonAnswer(injector.snapshot())
+
+        app = injector
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            api.openapi_schema = _without_422(
+                get_openapi(
+                    title=api.title,
+                    version=api.version,
+                    description=api.description,
+                    routes=api.routes,
+                )
+            )
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
+    return Gateway(app, tokens=tokens)
+
+
+def _without_422(schema: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI documents a 422 on every route; this server answers validation failures with 400."""
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            if isinstance(operation, dict):
+                operation.get("responses", {}).pop("422", None)
+    schemas = schema.get("components", {}).get("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    return schema

@@ -1,0 +1,192 @@
+"""Seed files: stores, memories and whole version histories at chosen times, by chosen actors.
+
+The format is documented in ``docs/server.md``. A seed file is applied once per database (its
+SHA-256 is recorded), in one transaction: a file with an error changes nothing and names the element
+at fault. Paths, metadata and content follow the rules of each store's dialect, as over HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memsync.errors import ConfigError, RuleViolation
+from memsync.rules import Dialect
+
+from .clock import parse_timestamp
+from .problems import ApiProblem
+from .storage import Actor, Engine
+from .wire import ActorModel
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SeedEvent(_Strict):
+    op: Literal["create", "update", "delete"]
+    at: str | None = Field(default=None, description="RFC 3339; default: the time of loading.")
+    content: str | None = None
+    path: str | None = Field(default=None, description="create: the path; update: a rename (Anthropic).")
+    metadata: dict[str, str] | None = None
+    actor: ActorModel | None = None
+    redacted_at: str | None = Field(default=None, description="Redact the version this event writes.")
+    redacted_by: ActorModel | None = None
+
+
+class SeedMemory(_Strict):
+    path: str
+    content: str | None = Field(default=None, description="Shorthand for a history of one create.")
+    metadata: dict[str, str] | None = None
+    history: list[SeedEvent] = Field(default_factory=list)
+
+
+class SeedMount(_Strict):
+    identity_id: str
+    template_id: str
+
+
+class SeedStore(_Strict):
+    dialect: Dialect
+    name: str
+    description: str = ""
+    metadata: dict[str, str] | None = None
+    created_at: str | None = None
+    system_managed: bool = False
+    identity_id: str | None = None
+    template_id: str | None = None
+    archived_at: str | None = None
+    mounts: list[SeedMount] = Field(default_factory=list)
+    memories: list[SeedMemory] = Field(default_factory=list)
+
+
+class SeedFile(_Strict):
+    stores: list[SeedStore] = Field(default_factory=list)
+
+
+def _actor(model: ActorModel | None) -> Actor | None:
+    if model is None:
+        return None
+    wire = model.model_dump()
+    kind = wire.pop("type")
+    return Actor(kind, next(iter(wire.values())))
+
+
+def _time(where: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _apply_store(engine: Engine, where: str, seed: SeedStore) -> None:
+    dialect = seed.dialect
+    if seed.system_managed and (seed.identity_id is None or dialect is not Dialect.FORWARD):
+        raise ConfigError(f"{where}: a system-managed store is a Forward store and needs an identity_id")
+    store, _ = engine.create_store(
+        dialect,
+        name=seed.name,
+        description=seed.description,
+        metadata=seed.metadata,
+        system_managed=seed.system_managed,
+        identity_id=seed.identity_id,
+        template_id=seed.template_id,
+        at_ms=_time(f"{where}.created_at", seed.created_at),
+    )
+    for index, memory in enumerate(seed.memories):
+        _apply_memory(engine, f"{where}.memories[{index}]", dialect, store.id, memory)
+    for mount in seed.mounts:
+        if dialect is not Dialect.FORWARD:
+            raise ConfigError(f"{where}.mounts: only Forward stores can be mounted")
+        engine.mount(mount.identity_id, mount.template_id, store.id)
+    if seed.archived_at is not None:
+        engine.archive_store(dialect, store.id, at_ms=_time(f"{where}.archived_at", seed.archived_at))
+
+
+def _apply_memory(engine: Engine, where: str, dialect: Dialect, store_id: str, seed: SeedMemory) -> None:
+    history = seed.history or [SeedEvent(op="create", content=seed.content)]
+    if history[0].op != "create":
+        raise ConfigError(f"{where}.history[0]: a memory's history starts with op 'create'")
+    memory_id = ""
+    redactions: list[tuple[str, str, int | None, Actor | None]] = []
+    for index, event in enumerate(history):
+        here = f"{where}.history[{index}]"
+        at_ms = _time(f"{here}.at", event.at)
+        actor = _actor(event.actor)
+        if event.op == "create":
+            if index:
+                raise ConfigError(f"{here}: 'create' only starts a history; use a new memory entry")
+            memory = engine.create_memory(
+                dialect,
+                store_id,
+                path=event.path or seed.path,
+                content=event.content if event.content is not None else "",
+                metadata=event.metadata if event.metadata is not None else seed.metadata,
+                actor=actor,
+                at_ms=at_ms,
+            )
+            memory_id, version_id = memory.id, memory.head_version_id
+        elif event.op == "update":
+            memory = engine.update_memory(
+                dialect,
+                store_id,
+                memory_id,
+                content=event.content,
+                path=event.path,
+                metadata=event.metadata,
+                actor=actor,
+                at_ms=at_ms,
+            )
+            version_id = memory.head_version_id
+        else:
+            version_id = engine.delete_memory(dialect, store_id, memory_id, actor=actor, at_ms=at_ms).id
+        if event.redacted_at is not None:
+            redacted_at = _time(f"{here}.redacted_at", event.redacted_at)
+            redactions.append((here, version_id, redacted_at, _actor(event.redacted_by)))
+    for here, version_id, redacted_at, redactor in redactions:
+        try:
+            engine.redact_version(dialect, store_id, version_id, actor=redactor, at_ms=redacted_at)
+        except ApiProblem as exc:
+            raise ConfigError(f"{here}.redacted_at: {exc.message}") from None
+
+
+def load_seed(engine: Engine, seed: SeedFile) -> None:
+    """Apply ``seed`` in one transaction; raises :class:`ConfigError` naming the element at fault."""
+    with engine.transaction():
+        for index, store in enumerate(seed.stores):
+            where = f"stores[{index}]"
+            try:
+                _apply_store(engine, where, store)
+            except RuleViolation as exc:
+                raise ConfigError(f"seed {where}: {exc}") from None
+            except ApiProblem as exc:
+                raise ConfigError(f"seed {where}: {exc.message}") from None
+
+
+def load_seed_file(engine: Engine, path: Path) -> bool:
+    """Apply the seed file at ``path`` unless this database already has it; True if applied."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the seed file {path}: {exc.strerror}") from None
+    marker = "seed:" + hashlib.sha256(raw).hexdigest()
+    if engine.meta_get(marker) is not None:
+        return False
+    try:
+        seed = SeedFile.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the file"
+        raise ConfigError(f"seed file {path}: {where}: {first['msg']}") from None
+    try:
+        with engine.transaction():
+            load_seed(engine, seed)
+            engine.meta_set(marker, path.name)
+    except ConfigError as exc:
+        raise ConfigError(f"seed file {path}: {exc.message}") from None
+    return True
