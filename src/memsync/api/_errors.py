@@ -173,25 +173,28 @@ def refine(error: ApiError, cls: type[_F], note: str | None = None) -> _F:
 
 
 @contextlib.contextmanager
-def translated_transport_errors(what: str) -> Iterator[None]:
+def translated_transport_errors(what: str, secret: str) -> Iterator[None]:
     """The boundary: httpx's exceptions inside become :class:`TransportError` / :class:`InvalidResponse`.
 
     The httpx exception is not chained (``from None``): its request holds the credentials in its headers,
-    and a traceback printer or error reporter walking ``__cause__`` could reach them.
+    and a traceback printer or error reporter walking ``__cause__`` could reach them. Its text is shown
+    without ``secret``.
     """
     try:
         yield
-    except httpx.TimeoutException as exc:
-        raise TransportError(f"{what}: timed out ({type(exc).__name__})") from None
-    except httpx.DecodingError as exc:
-        raise InvalidResponse(f"{what}: the response body could not be decoded ({exc})") from None
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        error = TransportError(f"{what}: {exc}; check base_url")
-        error.retryable = False
-        raise error from None
-    except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
-        raise TransportError(f"{what}: {type(exc).__name__}: {str(exc) or 'connection failed'}") from None
-    except httpx.HTTPError as exc:
-        error = TransportError(f"{what}: {type(exc).__name__}: {exc}")
-        error.retryable = False
-        raise error from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise _translated(exc, what, one_line(str(exc), secret)) from None
+
+
+def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -> _Failure:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportError(f"{what}: timed out ({name})")
+    if isinstance(exc, httpx.DecodingError):
+        return InvalidResponse(f"{what}: the response body could not be decoded ({text})")
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
+        return TransportError(f"{what}: {name}: {text or 'connection failed'}")
+    # An invalid URL, an unsupported protocol, a local protocol error: retrying cannot help.
+    error = TransportError(f"{what}: {name}: {text}; check base_url")
+    error.retryable = False
+    return error

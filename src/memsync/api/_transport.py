@@ -251,7 +251,7 @@ class Transport:
         with self._lock:
             self._requests += 1
         try:
-            with translated_transport_errors(what):
+            with translated_transport_errors(what, self._secret):
                 request = self._http.build_request(
                     method, path, params=params, json=json_body, headers=headers
                 )
