@@ -6,16 +6,15 @@ tests can move time forward to exercise version retention without waiting.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from memsync.errors import UsageError
+from memsync import rules
+from memsync.errors import RuleViolation, UsageError
 
 Clock = Callable[[], datetime]
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_MAX_DURATION_S = 100 * 366 * 86_400
 
 
 def system_clock() -> datetime:
@@ -51,12 +50,13 @@ def parse_timestamp(text: str) -> int:
     return to_ms(moment)
 
 
-def parse_duration(text: str) -> timedelta:
-    """A duration such as ``90s``, ``15m``, ``12h``, ``30d`` or ``2w`` (a positive whole number)."""
-    match = _DURATION.match(text)
-    if match is None or int(match.group(1)) == 0:
-        raise UsageError(
-            f"--version-retention {text!r} is not a duration: give a positive whole number and a unit"
-            " s, m, h, d or w, e.g. 90s, 12h or 30d"
-        )
-    return timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+def parse_duration(text: str, flag: str = "--version-retention") -> timedelta:
+    """A positive duration with its unit (``90s``, ``15m``, ``12h``, ``30d``), as :mod:`memsync.rules`
+    reads durations; anything else is a :class:`UsageError` naming ``flag``."""
+    try:
+        seconds = rules.parse_duration(text, flag)
+    except RuleViolation as exc:
+        raise UsageError(str(exc)) from None
+    if not 0 < seconds <= _MAX_DURATION_S:
+        raise UsageError(f'{flag}: {text!r} must be more than 0 and at most 100 years, e.g. "30d"')
+    return timedelta(seconds=seconds)
