@@ -577,7 +577,7 @@ class Client:
         current: Memory | None = None,
     ) -> ApiError:
         """The precise error for a 409 on a write to ``memory_id``: stale hash, archived store, or as is."""
-        if isinstance(exc, PreconditionFailed | PathConflict | StoreArchived):
+        if isinstance(exc, PathConflict | StoreArchived):
             return exc
         if expected is not None:
             if current is None:
@@ -587,6 +587,8 @@ class Client:
                     current = None
             if current is not None and current.content_sha256 != expected:
                 return _stale(memory_id, expected, current.content_sha256, exc)
+        if isinstance(exc, PreconditionFailed):
+            return exc
         return self._archived_or(store_id, exc)
 
     def _archived_or(self, store_id: str, exc: Conflict) -> ApiError:
