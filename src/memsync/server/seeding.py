@@ -8,6 +8,8 @@ at fault. Paths, metadata and content follow the rules of each store's dialect, 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -75,6 +77,17 @@ def _actor(model: ActorModel | None) -> Actor | None:
     return Actor(kind, next(iter(wire.values())))
 
 
+@contextmanager
+def _blame(where: str) -> Iterator[None]:
+    """Turn a refusal of the engine into a ConfigError naming the seed element at fault."""
+    try:
+        yield
+    except RuleViolation as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except ApiProblem as exc:
+        raise ConfigError(f"{where}: {exc.message}") from None
+
+
 def _time(where: str, text: str | None) -> int | None:
     if text is None:
         return None
@@ -88,24 +101,29 @@ def _apply_store(engine: Engine, where: str, seed: SeedStore) -> None:
     dialect = seed.dialect
     if seed.system_managed and (seed.identity_id is None or dialect is not Dialect.FORWARD):
         raise ConfigError(f"{where}: a system-managed store is a Forward store and needs an identity_id")
-    store, _ = engine.create_store(
-        dialect,
-        name=seed.name,
-        description=seed.description,
-        metadata=seed.metadata,
-        system_managed=seed.system_managed,
-        identity_id=seed.identity_id,
-        template_id=seed.template_id,
-        at_ms=_time(f"{where}.created_at", seed.created_at),
-    )
+    created_at = _time(f"{where}.created_at", seed.created_at)
+    with _blame(where):
+        store, _ = engine.create_store(
+            dialect,
+            name=seed.name,
+            description=seed.description,
+            metadata=seed.metadata,
+            system_managed=seed.system_managed,
+            identity_id=seed.identity_id,
+            template_id=seed.template_id,
+            at_ms=created_at,
+        )
     for index, memory in enumerate(seed.memories):
         _apply_memory(engine, f"{where}.memories[{index}]", dialect, store.id, memory)
-    for mount in seed.mounts:
+    for index, mount in enumerate(seed.mounts):
         if dialect is not Dialect.FORWARD:
             raise ConfigError(f"{where}.mounts: only Forward stores can be mounted")
-        engine.mount(mount.identity_id, mount.template_id, store.id)
+        with _blame(f"{where}.mounts[{index}]"):
+            engine.mount(mount.identity_id, mount.template_id, store.id)
     if seed.archived_at is not None:
-        engine.archive_store(dialect, store.id, at_ms=_time(f"{where}.archived_at", seed.archived_at))
+        archived_at = _time(f"{where}.archived_at", seed.archived_at)
+        with _blame(f"{where}.archived_at"):
+            engine.archive_store(dialect, store.id, at_ms=archived_at)
 
 
 def _apply_memory(engine: Engine, where: str, dialect: Dialect, store_id: str, seed: SeedMemory) -> None:
@@ -118,54 +136,47 @@ def _apply_memory(engine: Engine, where: str, dialect: Dialect, store_id: str, s
         here = f"{where}.history[{index}]"
         at_ms = _time(f"{here}.at", event.at)
         actor = _actor(event.actor)
-        if event.op == "create":
-            if index:
-                raise ConfigError(f"{here}: 'create' only starts a history; use a new memory entry")
-            memory = engine.create_memory(
-                dialect,
-                store_id,
-                path=event.path or seed.path,
-                content=event.content if event.content is not None else "",
-                metadata=event.metadata if event.metadata is not None else seed.metadata,
-                actor=actor,
-                at_ms=at_ms,
-            )
-            memory_id, version_id = memory.id, memory.head_version_id
-        elif event.op == "update":
-            memory = engine.update_memory(
-                dialect,
-                store_id,
-                memory_id,
-                content=event.content,
-                path=event.path,
-                metadata=event.metadata,
-                actor=actor,
-                at_ms=at_ms,
-            )
-            version_id = memory.head_version_id
-        else:
-            version_id = engine.delete_memory(dialect, store_id, memory_id, actor=actor, at_ms=at_ms).id
+        if event.op == "create" and index:
+            raise ConfigError(f"{here}: 'create' only starts a history; use a new memory entry")
+        with _blame(here):
+            if event.op == "create":
+                memory = engine.create_memory(
+                    dialect,
+                    store_id,
+                    path=event.path or seed.path,
+                    content=event.content if event.content is not None else "",
+                    metadata=event.metadata if event.metadata is not None else seed.metadata,
+                    actor=actor,
+                    at_ms=at_ms,
+                )
+                memory_id, version_id = memory.id, memory.head_version_id
+            elif event.op == "update":
+                memory = engine.update_memory(
+                    dialect,
+                    store_id,
+                    memory_id,
+                    content=event.content,
+                    path=event.path,
+                    metadata=event.metadata,
+                    actor=actor,
+                    at_ms=at_ms,
+                )
+                version_id = memory.head_version_id
+            else:
+                version_id = engine.delete_memory(dialect, store_id, memory_id, actor=actor, at_ms=at_ms).id
         if event.redacted_at is not None:
             redacted_at = _time(f"{here}.redacted_at", event.redacted_at)
             redactions.append((here, version_id, redacted_at, _actor(event.redacted_by)))
     for here, version_id, redacted_at, redactor in redactions:
-        try:
+        with _blame(f"{here}.redacted_at"):
             engine.redact_version(dialect, store_id, version_id, actor=redactor, at_ms=redacted_at)
-        except ApiProblem as exc:
-            raise ConfigError(f"{here}.redacted_at: {exc.message}") from None
 
 
 def load_seed(engine: Engine, seed: SeedFile) -> None:
     """Apply ``seed`` in one transaction; raises :class:`ConfigError` naming the element at fault."""
     with engine.transaction():
         for index, store in enumerate(seed.stores):
-            where = f"stores[{index}]"
-            try:
-                _apply_store(engine, where, store)
-            except RuleViolation as exc:
-                raise ConfigError(f"seed {where}: {exc}") from None
-            except ApiProblem as exc:
-                raise ConfigError(f"seed {where}: {exc.message}") from None
+            _apply_store(engine, f"stores[{index}]", store)
 
 
 def load_seed_file(engine: Engine, path: Path) -> bool:
@@ -181,8 +192,8 @@ def load_seed_file(engine: Engine, path: Path) -> bool:
         seed = SeedFile.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the file"
-        raise ConfigError(f"seed file {path}: {where}: {first['msg']}") from None
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+        raise ConfigError(f"seed file {path}: {where or 'the file'}: {first['msg']}") from None
     try:
         with engine.transaction():
             load_seed(engine, seed)
