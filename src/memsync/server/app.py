@@ -80,7 +80,7 @@ def create_app(
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:
-            api.openapi_schema = _without_422(
+            api.openapi_schema = _finish_schema(
                 get_openapi(
                     title=api.title,
                     version=api.version,
@@ -94,12 +94,20 @@ def create_app(
     return Gateway(app, tokens=tokens)
 
 
-def _without_422(schema: dict[str, Any]) -> dict[str, Any]:
-    """FastAPI documents a 422 on every route; this server answers validation failures with 400."""
+def _finish_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI documents a 422 on every route, but this server answers validation failures with 400;
+    and any request body may meet the Gateway's size limit (413)."""
+    too_large = {
+        "description": "The request body is larger than the server accepts (8 MiB).",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
+    }
     for path_item in schema.get("paths", {}).values():
         for operation in path_item.values():
             if isinstance(operation, dict):
-                operation.get("responses", {}).pop("422", None)
+                responses = operation.setdefault("responses", {})
+                responses.pop("422", None)
+                if "requestBody" in operation:
+                    responses.setdefault("413", too_large)
     schemas = schema.get("components", {}).get("schemas", {})
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)

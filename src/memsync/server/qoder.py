@@ -157,6 +157,13 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
 
     # Stores -----------------------------------------------------------------------------------
 
+    idempotency_header = Header(
+        None if cloud else ...,
+        alias="Idempotency-Key",
+        description="The same key and body return the same store; another body with it is a 409."
+        + ("" if cloud else " Required."),
+    )
+
     @router.post(
         "/memory_stores",
         response_model=StoreModel,
@@ -167,11 +174,7 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
     )
     async def create_store(
         body: StoreCreate,
-        idempotency_key: str | None = Header(
-            None,
-            alias="Idempotency-Key",
-            description="Required on Forward: the same key and body return the same store.",
-        ),
+        idempotency_key: str | None = idempotency_header,
     ) -> JsonAnswer:
         if idempotency_key is None and not cloud:
             raise InvalidRequest(
