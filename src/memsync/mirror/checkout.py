@@ -1,0 +1,109 @@
+"""Bringing the checkout (``main`` and the working tree) up to the imported tip, never over a local edit.
+
+Local changes are everything the user did since the last reconciliation: working-tree and index
+differences from ``main`` (new files included, editor temporaries excluded), plus what commits on
+``main`` changed since ``refs/memsync/base``. With any local change, nothing moves and the changed
+paths are returned: the push engine reconciles them. Otherwise the working tree is checked out to the
+tip *first* and ``main`` moved after (the other order changes nothing on disk and leaves a staged
+reverse change, measurements.md), then ``refs/memsync/base``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
+
+from memsync.mirror.errors import translated
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckoutUpdate:
+    """What :func:`update_checkout` did.
+
+    ``updated``: ``main``, the working tree and ``refs/memsync/base`` now equal ``tip``.
+    ``local_changes``: working-tree paths (``/``-separated, as on disk) changed since the base; when
+    any exist nothing was moved. ``diverged``: ``main`` holds commits the tip does not contain and
+    changes nothing, so it cannot fast-forward; the push engine decides.
+    """
+
+    updated: bool
+    tip: str | None
+    local_changes: tuple[str, ...] = ()
+    diverged: bool = False
+
+
+class _Conflicts(pygit2.CheckoutCallbacks):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    def checkout_notify_flags(self) -> CheckoutNotify:
+        return CheckoutNotify.CONFLICT
+
+    def checkout_notify(
+        self,
+        why: CheckoutNotify,
+        path: str,
+        baseline: pygit2.DiffFile | None,
+        target: pygit2.DiffFile | None,
+        workdir: pygit2.DiffFile | None,
+    ) -> None:
+        self.paths.append(path)
+
+
+def local_changes(mirror: Mirror) -> tuple[str, ...]:
+    """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
+    repo = mirror._repo
+    changed: set[str] = set()
+    with translated("reading the status of the checkout"):
+        for path, flags in repo.status(untracked_files="all", ignored=False).items():
+            if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
+                changed.add(path)
+        head = mirror.ref_target(mirror.MAIN_REF)
+        base = mirror.ref_target(mirror.BASE_REF)
+        if head is not None and head != base:
+            old = repo[base].peel(pygit2.Tree) if base else repo[_EMPTY_TREE]
+            new = repo[head].peel(pygit2.Tree)
+            for delta in old.peel(pygit2.Tree).diff_to_tree(new).deltas:
+                changed.add(delta.old_file.path)
+                changed.add(delta.new_file.path)
+    return tuple(sorted(changed))
+
+
+def update_checkout(mirror: Mirror) -> CheckoutUpdate:
+    """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
+    repo = mirror._repo
+    tip = mirror.tip()
+    changes = local_changes(mirror)
+    if tip is None or changes:
+        return CheckoutUpdate(updated=False, tip=tip, local_changes=changes)
+    head = mirror.ref_target(mirror.MAIN_REF)
+    base = mirror.ref_target(mirror.BASE_REF)
+    if head is not None and head != tip and not mirror._is_ancestor(head, tip):
+        return CheckoutUpdate(updated=False, tip=tip, diverged=True)
+    if head != tip:
+        conflicts = _Conflicts()
+        try:
+            with translated("checking out the imported tip"):
+                repo.checkout_tree(
+                    repo[tip].peel(pygit2.Tree),
+                    strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+                    callbacks=conflicts,
+                )
+        except Exception:
+            # The user wrote a file between the status and the checkout (libgit2 checks every
+            # conflict before writing anything, so nothing was touched): report, move nothing.
+            pending = set(local_changes(mirror)) | set(conflicts.paths)
+            return CheckoutUpdate(updated=False, tip=tip, local_changes=tuple(sorted(pending)))
+        mirror.set_ref_if_equals(mirror.MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
+    if base != tip:
+        mirror.set_ref_if_equals(mirror.BASE_REF, tip, base, message="memsync: checkout reconciled")
+    return CheckoutUpdate(updated=True, tip=tip)

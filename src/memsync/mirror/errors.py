@@ -1,0 +1,64 @@
+"""The mirror's refinements of :class:`memsync.errors.MirrorError`, and the one pygit2 boundary.
+
+::
+
+    MirrorError (memsync.errors)
+    ├── RefMoved              a compare-and-swap ref update found the ref elsewhere: re-plan
+    ├── FormatError           a commit in the mirror does not follow Memsync-Format 1
+    └── UnsafeInput (memsync.errors)
+        └── PathEncodingError a memory path or working-tree path that has no valid spelling
+
+pygit2 raises its own exceptions (``GitError``, ``KeyError``, ``ValueError``); they are translated
+into this tree by :func:`translated` at the edge of every public mirror operation, so callers only
+ever see :mod:`memsync.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pygit2
+
+from memsync.errors import MirrorError, UnsafeInput
+
+
+class RefMoved(MirrorError):
+    """A compare-and-swap ref update found the ref at another commit than expected."""
+
+    def __init__(self, ref: str, expected: str | None, actual: str | None) -> None:
+        super().__init__(
+            f"{ref} moved while memsync was writing (expected {expected or 'no ref'}, "
+            f"found {actual or 'no ref'}); another process is writing this mirror: run again"
+        )
+        self.ref = ref
+        self.expected = expected
+        self.actual = actual
+
+
+class FormatError(MirrorError):
+    """A commit that memsync should have written does not follow the mirror's format."""
+
+
+class PathEncodingError(UnsafeInput):
+    """A path that has no valid spelling on the other side of the encoding.
+
+    ``path`` is the offending path as given (memory path or working-tree path), ``reason`` says
+    what is wrong with it, and ``suggestion`` is the canonical spelling when one can be guessed
+    (for example ``100%25.md`` for a file the user named ``100%.md``).
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+        self.suggestion = suggestion
+
+
+@contextmanager
+def translated(action: str) -> Iterator[None]:
+    """Turn pygit2's exceptions into :class:`MirrorError` naming ``action``."""
+    try:
+        yield
+    except pygit2.GitError as exc:
+        raise MirrorError(f"{action}: {exc}") from exc

@@ -1,0 +1,90 @@
+"""The ``git`` binary: a run-time dependency for what pygit2 cannot do (repack, fsck, index-pack).
+
+memsync checks for it once per process and says clearly what is missing (design.md §3).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from memsync.errors import EnvironmentProblem, MirrorError
+
+MIN_GIT_VERSION = (2, 30)
+_VERSION = re.compile(r"git version (\d+)\.(\d+)")
+
+# Variables that would point git at another repository, index or object store than the mirror's.
+_LOCATION_VARIABLES = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_QUARANTINE_PATH",
+)
+
+
+def git_environment() -> dict[str, str]:
+    """The environment for a git subprocess working on a mirror: no inherited repository location."""
+    env = {k: v for k, v in os.environ.items() if k not in _LOCATION_VARIABLES}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    return env
+
+
+@functools.cache
+def git_version() -> tuple[int, int]:
+    """The installed git's (major, minor); :class:`EnvironmentProblem` if missing or too old."""
+    executable = shutil.which("git")
+    if executable is None:
+        raise EnvironmentProblem(
+            "the git binary was not found on PATH; memsync needs git "
+            f"{MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer (install it, e.g. apt-get install git)"
+        )
+    try:
+        output = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, check=True, env=git_environment()
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise EnvironmentProblem(
+            f"{executable} --version failed ({exc}); memsync needs a working git"
+        ) from None
+    match = _VERSION.search(output)
+    if match is None:
+        raise EnvironmentProblem(f"cannot read the version of {executable} from {output.strip()!r}")
+    version = (int(match.group(1)), int(match.group(2)))
+    if version < MIN_GIT_VERSION:
+        raise EnvironmentProblem(
+            f"{executable} is git {version[0]}.{version[1]}; memsync needs git "
+            f"{MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer: upgrade git"
+        )
+    return version
+
+
+def require_git() -> None:
+    """Raise :class:`EnvironmentProblem` unless a usable git binary is installed."""
+    git_version()
+
+
+def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
+    """Run ``git -C repo args``; its stdout, or :class:`MirrorError` naming ``action`` and git's words."""
+    require_git()
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=git_environment(),
+    )
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise MirrorError(f"{action} failed: {' / '.join(detail[-3:]) or f'git exited {result.returncode}'}")
+    return result.stdout

@@ -1,0 +1,460 @@
+"""Imported history: one deterministic commit per memory version, written straight into packs.
+
+The commit for a version is a pure function of the versions before it (design.md §2): its tree is
+the parent tree with that memory's file set, moved or removed; author and committer are the record's
+identity at ``created_at`` (whole seconds, ``+0000``); the message is a summary line and the trailers
+of :mod:`memsync.mirror.trailers`. Two fresh mirrors fed the same records, or one resumed from its
+tip after a kill, make the same commit ids.
+
+Which memory owns which file is the :class:`PathMap`; it is rebuilt from the trailers alone by
+:func:`replay`, which applies exactly the rules the writer applies (:func:`apply_change`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol
+
+import pygit2
+
+from memsync.errors import MirrorError, UnsafeInput
+from memsync.mirror.errors import PathEncodingError, RefMoved
+from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
+from memsync.mirror.pack import PackBatch
+from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
+from memsync.mirror.trailers import (
+    ID_PATTERN,
+    OPERATIONS,
+    REASON_PATTERN,
+    SHA256_PATTERN,
+    Operation,
+    Trailers,
+    format_message,
+    parse_message,
+)
+from memsync.mirror.tree import MutableTree
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+# The identity of versions no actor is known for (Forward and Cloud record none).
+DEFAULT_AUTHOR_NAME = "memsync"
+DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
+
+DEFAULT_BATCH_COMMITS = 1000
+DEFAULT_BATCH_BYTES = 32 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """One memory version as the engine hands it to the mirror, in import order.
+
+    ``path`` is the canonical relative memory path (None when a redacted Anthropic version lost it);
+    ``content`` the version's bytes. For a live version without ``content`` the writer reuses the
+    blob the mirror already holds for ``content_sha256`` (see :meth:`Mirror.blob_for_sha256`); a
+    redacted version without ``content`` leaves the memory's file as it was, and with ``content``
+    (the memory's current content, same hash) writes it. ``skipped`` versions change no file and
+    are marked ``Memsync-Skipped: <skip_reason>``. ``created_at`` must be timezone-aware.
+    """
+
+    version_id: str
+    memory_id: str
+    operation: Operation
+    path: str | None
+    content: bytes | None
+    content_sha256: str | None
+    created_at: datetime
+    redacted: bool = False
+    author_name: str = DEFAULT_AUTHOR_NAME
+    author_email: str = DEFAULT_AUTHOR_EMAIL
+    skipped: bool = False
+    skip_reason: str = "unspecified"
+
+
+class PathListener(Protocol):
+    def file_removed(self, path: str, suffixed: bool) -> None: ...
+
+    def file_relocated(self, path: str, suffixed: bool) -> None: ...
+
+
+class PathMap:
+    """The files of a tree by memory path, with the memory id that owns each (and the reverse).
+
+    It also counts, for every directory, the files below it: a file whose path is also a directory
+    is spelled with the ``%_`` suffix, and a ``listener`` hears when that changes.
+    """
+
+    def __init__(self, by_path: dict[str, str] | None = None) -> None:
+        self._by_path: dict[str, str] = {}
+        self._by_memory: dict[str, str] = {}
+        self._dirs: dict[str, int] = {}
+        self.listener: PathListener | None = None
+        for path, memory_id in (by_path or {}).items():
+            self.add(path, memory_id)
+
+    def copy(self) -> PathMap:
+        clone = PathMap()
+        clone._by_path = dict(self._by_path)
+        clone._by_memory = dict(self._by_memory)
+        clone._dirs = dict(self._dirs)
+        return clone
+
+    def __len__(self) -> int:
+        return len(self._by_path)
+
+    def as_dict(self) -> dict[str, str]:
+        """``{memory_path: memory_id}``."""
+        return dict(self._by_path)
+
+    def owner(self, path: str) -> str | None:
+        return self._by_path.get(path)
+
+    def path_of(self, memory_id: str) -> str | None:
+        return self._by_memory.get(memory_id)
+
+    def is_directory(self, path: str) -> bool:
+        return self._dirs.get(path, 0) > 0
+
+    def add(self, path: str, memory_id: str) -> None:
+        for prefix in directory_prefixes(path):
+            count = self._dirs.get(prefix, 0)
+            self._dirs[prefix] = count + 1
+            if count == 0 and prefix in self._by_path and self.listener is not None:
+                self.listener.file_relocated(prefix, True)
+        self._by_path[path] = memory_id
+        self._by_memory[memory_id] = path
+
+    def remove(self, path: str) -> None:
+        memory_id = self._by_path.pop(path)
+        del self._by_memory[memory_id]
+        if self.listener is not None:
+            self.listener.file_removed(path, self.is_directory(path))
+        for prefix in directory_prefixes(path):
+            count = self._dirs[prefix] - 1
+            if count:
+                self._dirs[prefix] = count
+            else:
+                del self._dirs[prefix]
+                if prefix in self._by_path and self.listener is not None:
+                    self.listener.file_relocated(prefix, False)
+
+    def reassign(self, path: str, memory_id: str) -> None:
+        previous = self._by_path[path]
+        del self._by_memory[previous]
+        self._by_path[path] = memory_id
+        self._by_memory[memory_id] = path
+
+
+def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
+    """What a version does to the path map; the writer and :func:`replay` both use exactly this.
+
+    A delete removes the memory's file. Otherwise, when a file was written at ``written``, the memory
+    moves there (its old file goes), and a memory that still owned ``written`` (its delete lost to
+    version retention) loses it.
+    """
+    if operation == "deleted":
+        old = paths.path_of(memory_id)
+        if old is not None:
+            paths.remove(old)
+        return
+    if written is None:
+        return
+    old = paths.path_of(memory_id)
+    if old is not None and old != written:
+        paths.remove(old)
+    owner = paths.owner(written)
+    if owner is None:
+        paths.add(written, memory_id)
+    elif owner != memory_id:
+        paths.reassign(written, memory_id)
+
+
+def apply_trailers(paths: PathMap, trailers: Trailers) -> None:
+    if trailers.skipped is None:
+        written = trailers.memory_path if trailers.operation != "deleted" else None
+        apply_change(paths, trailers.memory_id, trailers.operation, written)
+
+
+def replay(repo: pygit2.Repository, paths: PathMap, until: pygit2.Oid, since: pygit2.Oid | None) -> None:
+    """Bring ``paths`` (the map at ``since``, or empty) forward to commit ``until`` by its trailers."""
+    walker = repo.walk(until, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+    if since is not None:
+        walker.hide(since)
+    for commit in walker:
+        apply_trailers(paths, parse_message(commit.message, str(commit.id)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _clean_identity(text: str, fallback: str) -> str:
+    # git's ident format cannot hold '<', '>' or line breaks; strip them (and other controls)
+    # deterministically instead of refusing the version, so an odd actor name never stalls an import.
+    cleaned = "".join(ch for ch in text if ch not in "<>" and unicodedata.category(ch) != "Cc").strip()
+    return cleaned or fallback
+
+
+class HistoryWriter:
+    """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
+
+    Use as a context manager (flushes on a clean exit) or call :meth:`flush`. Nothing touches the
+    working tree. The ref moves only by compare-and-swap after a pack is completely on disk, so a
+    kill at any moment leaves the previous checkpoint, and resuming makes the same commits again.
+    """
+
+    def __init__(
+        self,
+        mirror: Mirror,
+        *,
+        ref: str | None = None,
+        batch_commits: int = DEFAULT_BATCH_COMMITS,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        compression: int = 1,
+        indexer: str = "python",
+    ) -> None:
+        self._mirror = mirror
+        self._indexer = indexer
+        self._repo = mirror._repo
+        self._ref = ref or mirror.MEMSTORE_REF
+        self._batch_commits = batch_commits
+        self._batch_bytes = batch_bytes
+        self._compression = compression
+        self._expected = mirror.ref_target(self._ref)
+        self._parent: bytes | None = bytes.fromhex(self._expected) if self._expected else None
+        root = self._repo[self._parent.hex()].peel(pygit2.Commit).tree_id.raw if self._parent else None
+        self._tree = MutableTree(self._repo, root)
+        self._paths = mirror._path_map_at(self._expected).copy()
+        self._paths.listener = self
+        self._batch = PackBatch(compression=compression)
+        self._pending = 0
+        self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
+        self._session_blobs: set[bytes] = set()
+        self._spellings: dict[tuple[str, bool], list[bytes]] = {}
+        self._broken: str | None = None
+
+    # --- the public face ---------------------------------------------------------------------
+
+    @property
+    def tip(self) -> str | None:
+        """The last commit written (flushed or not), or the ref's target before any."""
+        return self._parent.hex() if self._parent else None
+
+    @property
+    def pending(self) -> int:
+        """Commits written into the current batch and not yet behind the ref."""
+        return self._pending
+
+    def paths(self) -> dict[str, str]:
+        """``{memory_path: memory_id}`` after the last record added."""
+        return self._paths.as_dict()
+
+    def add(self, record: VersionRecord) -> str:
+        """Write the commit for ``record``; its id. Flushes when the batch is full.
+
+        Raises :class:`UnsafeInput` naming the version, before changing anything, for data that
+        must not be written (a hash mismatch, an impossible path, a malformed id); the engine can
+        then add the record again with ``skipped=True``.
+        """
+        if self._broken:
+            raise MirrorError(f"this history writer cannot continue: {self._broken}")
+        self._validate(record)
+        author = Signature(
+            _clean_identity(record.author_name, DEFAULT_AUTHOR_NAME),
+            _clean_identity(record.author_email, DEFAULT_AUTHOR_EMAIL),
+            math.floor(record.created_at.timestamp()),
+        )
+        blob, content_sha = self._blob_for(record)
+        known = self._paths.path_of(record.memory_id)
+        written: str | None = None
+        moved_from: str | None = None
+        if record.skipped:
+            pass
+        elif record.operation == "deleted":
+            written = known
+        elif blob is not None:
+            target = record.path if record.path is not None else known
+            if target is None:
+                raise self._refuse(record, "it has content but no path, and the memory has no file yet")
+            self._spelling(target, False)  # refuse an unencodable path before changing anything
+            written = target
+            moved_from = known if known is not None and known != target else None
+        if not record.skipped:
+            apply_change(
+                self._paths,
+                record.memory_id,
+                record.operation,
+                written if record.operation != "deleted" else None,
+            )
+            if blob is not None and written is not None and record.operation != "deleted":
+                self._tree.set(self._spelling(written, self._paths.is_directory(written)), blob)
+        trailers = Trailers(
+            memory_id=record.memory_id,
+            version_id=record.version_id,
+            operation=record.operation,
+            created_at=record.created_at,
+            memory_path=written,
+            content_sha256=record.content_sha256 or content_sha,
+            redacted=record.redacted,
+            skipped=record.skip_reason if record.skipped else None,
+        )
+        message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
+        tree = self._tree.write(self._batch)
+        body = serialise_commit(tree, [self._parent] if self._parent else [], author, author, message)
+        commit = object_id(COMMIT, body)
+        self._batch.add(COMMIT, body, commit)
+        self._parent = commit
+        self._pending += 1
+        if self._pending >= self._batch_commits or self._batch.size >= self._batch_bytes:
+            self.flush()
+        return commit.hex()
+
+    def write(self, records: Iterable[VersionRecord]) -> str | None:
+        """Add every record, then flush; the new tip."""
+        for record in records:
+            self.add(record)
+        return self.flush()
+
+    def flush(self) -> str | None:
+        """Write the batch as one pack, then move the ref by compare-and-swap; the tip."""
+        if self._broken:
+            raise MirrorError(f"this history writer cannot continue: {self._broken}")
+        if self._pending == 0 or self._parent is None:
+            return self.tip
+        tip = self._parent.hex()
+        self._batch.write(self._mirror.objects_dir, indexer=self._indexer)
+        try:
+            self._mirror.set_ref_if_equals(
+                self._ref, tip, self._expected, message=f"memsync: import {self._pending} versions"
+            )
+        except RefMoved as exc:
+            self._broken = str(exc)
+            raise
+        self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
+        self._expected = tip
+        self._batch = PackBatch(compression=self._compression)
+        self._pending = 0
+        self._new_content = {}
+        if self._mirror.consolidate_packs():
+            # A repack replaced the pack files this process had open: read through fresh handles.
+            self._repo = self._mirror._repo
+            self._tree.rebind(self._repo)
+        return tip
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # On an error the unflushed batch is dropped: the ref keeps the last complete checkpoint.
+        if kind is None:
+            self.flush()
+
+    # --- PathListener: keep the tree's spelling in step with the map ----------------------------
+
+    def file_removed(self, path: str, suffixed: bool) -> None:
+        self._tree.remove(self._spelling(path, suffixed))
+
+    def file_relocated(self, path: str, suffixed: bool) -> None:
+        oid = self._tree.remove(self._spelling(path, not suffixed))
+        if oid is None:
+            raise MirrorError(f"the mirror's tree lacks the file of {quote_for_message(path)}")
+        self._tree.set(self._spelling(path, suffixed), oid)
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _spelling(self, path: str, suffixed: bool) -> list[bytes]:
+        key = (path, suffixed)
+        spelled = self._spellings.get(key)
+        if spelled is None:
+            spelled = [part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/")]
+            self._spellings[key] = spelled
+        return spelled
+
+    def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
+        return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
+
+    def _validate(self, record: VersionRecord) -> None:
+        for name, value in (("version id", record.version_id), ("memory id", record.memory_id)):
+            if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
+                raise UnsafeInput(f"a version is not written: its {name} {value!r} is not an id")
+        if record.operation not in OPERATIONS:
+            allowed = ", ".join(OPERATIONS)
+            raise self._refuse(record, f"operation {record.operation!r} is not one of {allowed}")
+        if record.created_at.tzinfo is None or record.created_at.utcoffset() is None:
+            raise self._refuse(record, "created_at has no time zone")
+        if record.created_at.timestamp() < 0:
+            raise self._refuse(record, "created_at is before 1970, which git cannot record")
+        if record.content_sha256 is not None and SHA256_PATTERN.fullmatch(record.content_sha256) is None:
+            raise self._refuse(record, "content_sha256 is not 64 lower-case hex digits")
+        if record.skipped and REASON_PATTERN.fullmatch(record.skip_reason) is None:
+            raise self._refuse(record, f"skip reason {record.skip_reason!r} is not a short lower-case token")
+        if record.path is not None:
+            try:
+                self._spelling(record.path, False)
+            except PathEncodingError as exc:
+                raise self._refuse(record, str(exc)) from None
+
+    def _blob_for(self, record: VersionRecord) -> tuple[bytes | None, str | None]:
+        """The blob the version writes (None: no file change) and the content's SHA-256."""
+        if record.skipped or record.operation == "deleted":
+            return None, None
+        if record.content is not None:
+            sha = hashlib.sha256(record.content).hexdigest()
+            if record.content_sha256 is not None and sha != record.content_sha256:
+                raise self._refuse(
+                    record, f"its content hashes to {sha}, not to its content_sha256 {record.content_sha256}"
+                )
+            oid = object_id(BLOB, record.content)
+            # A blob stored before (an earlier batch, another memory) is not packed again. Asking
+            # the object store only for contents the index knows avoids a lookup miss per version,
+            # which costs a rescan of the pack directory in libgit2.
+            if oid not in self._batch and oid not in self._session_blobs:
+                indexed = self._mirror._content_index_has(sha)
+                if not (indexed and self._repo.odb.exists(oid.hex())):
+                    self._batch.add(BLOB, record.content, oid)
+                self._session_blobs.add(oid)
+            self._new_content[sha] = oid.hex()
+            return oid, sha
+        if record.redacted:
+            return None, None
+        if record.content_sha256 is None:
+            raise self._refuse(record, "it has neither content nor content_sha256")
+        known = self._new_content.get(record.content_sha256)
+        if known is None:
+            known = self._mirror.blob_for_sha256(record.content_sha256)
+            if known is None:
+                raise MirrorError(
+                    f"version {record.version_id}: the mirror holds no content with SHA-256 "
+                    f"{record.content_sha256}; fetch the version's content and pass it"
+                )
+            data = self._repo[known].peel(pygit2.Blob).data
+            if hashlib.sha256(data).hexdigest() != record.content_sha256:
+                raise MirrorError(
+                    f"the mirror's content index is wrong for SHA-256 {record.content_sha256}; "
+                    "delete .git/memsync/content-index and run again"
+                )
+        return bytes.fromhex(known), record.content_sha256
+
+    def _summary(self, record: VersionRecord, path: str | None, moved_from: str | None) -> str:
+        subject = quote_for_message(path) if path is not None else f"memory {record.memory_id}"
+        summary = f"{record.operation} {subject}"
+        if moved_from is not None:
+            summary += f" (moved from {quote_for_message(moved_from)})"
+        if record.skipped:
+            summary += f" (skipped: {record.skip_reason})"
+        elif record.redacted:
+            summary += " (redacted)"
+        return summary
+
+
+def iter_trailers(repo: pygit2.Repository, tip: pygit2.Oid) -> Iterator[tuple[str, Trailers]]:
+    """``(commit id, trailers)`` from ``tip`` back to the first import, newest first."""
+    for commit in repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL):
+        commit_id = str(commit.id)
+        yield commit_id, parse_message(commit.message, commit_id)

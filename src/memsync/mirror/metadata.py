@@ -1,0 +1,119 @@
+"""Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (never on memstore/main).
+
+The branch holds one snapshot commit per change: ``store.json`` and ``memories/<memory id>.json``,
+each a JSON document with sorted keys and a final newline, so the same metadata always makes the same
+blobs and a snapshot that changes nothing makes no commit. Commit times come from the caller (the
+API's ``updated_at``), so snapshots are as deterministic as the history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from memsync.errors import UnsafeInput
+from memsync.mirror.errors import translated
+from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
+from memsync.mirror.pack import PackBatch
+from memsync.mirror.trailers import ID_PATTERN
+from memsync.mirror.tree import MutableTree
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+STORE_FILE = b"store.json"
+MEMORIES_DIR = b"memories"
+MESSAGE = "metadata snapshot\n\nMemsync-Format: 1\n"
+
+
+def _document(value: Mapping[str, Any], what: str) -> bytes:
+    try:
+        return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise UnsafeInput(f"the metadata of {what} cannot be stored as JSON: {exc}") from None
+
+
+def write_metadata(
+    mirror: Mirror,
+    *,
+    store: Mapping[str, Any] | None,
+    memories: Mapping[str, Mapping[str, Any]] | None,
+    when: datetime,
+    author_name: str,
+    author_email: str,
+) -> str | None:
+    """Record a snapshot; the new commit id, or None when nothing changed.
+
+    ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of memory
+    documents by memory id: files of memories left out are removed (None keeps them all).
+    """
+    if when.tzinfo is None:
+        raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
+    repo = mirror._repo
+    parent = mirror.ref_target(mirror.METADATA_REF)
+    with translated("reading the metadata branch"):
+        parent_tree = repo[parent].peel(pygit2.Tree).id.raw if parent else None
+    tree = MutableTree(repo, parent_tree)
+    batch = PackBatch()
+
+    def put(components: list[bytes], data: bytes) -> None:
+        oid = object_id(BLOB, data)
+        if tree.get(components) != oid:
+            batch.add(BLOB, data, oid)
+            tree.set(components, oid)
+
+    if store is not None:
+        put([STORE_FILE], _document(store, "the store"))
+    if memories is not None:
+        wanted: dict[bytes, bytes] = {}
+        for memory_id, document in memories.items():
+            if ID_PATTERN.fullmatch(memory_id) is None:
+                raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
+            wanted[f"{memory_id}.json".encode()] = _document(document, f"memory {memory_id}")
+        for name in _memory_files(repo, parent_tree):
+            if name not in wanted:
+                tree.remove([MEMORIES_DIR, name])
+        for name, data in wanted.items():
+            put([MEMORIES_DIR, name], data)
+    root = tree.write(batch)
+    if root == parent_tree:
+        return None
+    who = Signature(author_name, author_email, math.floor(when.timestamp()))
+    body = serialise_commit(root, [bytes.fromhex(parent)] if parent else [], who, who, MESSAGE)
+    commit = object_id(COMMIT, body)
+    batch.add(COMMIT, body, commit)
+    batch.write(mirror.objects_dir)
+    mirror.set_ref_if_equals(mirror.METADATA_REF, commit.hex(), parent, message="memsync: metadata snapshot")
+    return commit.hex()
+
+
+def _memory_files(repo: pygit2.Repository, tree_id: bytes | None) -> list[bytes]:
+    if tree_id is None:
+        return []
+    tree = repo[pygit2.Oid(raw=tree_id)].peel(pygit2.Tree)
+    if "memories" not in tree:
+        return []
+    return [item.raw_name for item in tree["memories"].peel(pygit2.Tree) if item.raw_name is not None]
+
+
+def read_metadata(mirror: Mirror, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``(store document or None, {memory id: document})`` at ``commit`` (default: the branch tip)."""
+    target = commit or mirror.ref_target(mirror.METADATA_REF)
+    if target is None:
+        return None, {}
+    repo = mirror._repo
+    with translated("reading the metadata branch"):
+        tree = repo[target].peel(pygit2.Tree)
+        store = json.loads(tree["store.json"].peel(pygit2.Blob).data) if "store.json" in tree else None
+        memories: dict[str, Any] = {}
+        if "memories" in tree:
+            for item in tree["memories"].peel(pygit2.Tree):
+                name = item.name or ""
+                if name.endswith(".json") and isinstance(item, pygit2.Blob):
+                    memories[name.removesuffix(".json")] = json.loads(item.data)
+    return store, memories

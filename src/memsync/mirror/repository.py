@@ -1,0 +1,430 @@
+"""One git repository per memory store: layout, refs, configuration and the import checkpoint.
+
+Layout (see docs/mirror.md)::
+
+    <store>/                      the working tree: one file per memory, at its encoded path
+    <store>/.git/                 a normal, non-bare repository with ``main`` checked out
+        refs/remotes/memstore/main   the imported history and nothing else (memsync writes it)
+        refs/heads/main              what the user edits; upstream is memstore/main
+        refs/memsync/base            the commit the checkout was last reconciled with
+        refs/heads/memsync/metadata  store and memory metadata snapshots
+        memsync/paths.json           cache: memory path → memory id at the tip (rebuildable)
+        memsync/content-index        cache: content SHA-256 → blob (rebuildable, append-only)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from memsync.errors import EnvironmentProblem, MirrorError
+from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
+from memsync.mirror.contentindex import ContentIndex
+from memsync.mirror.errors import FormatError, RefMoved, translated
+from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.history import (
+    DEFAULT_AUTHOR_EMAIL,
+    DEFAULT_AUTHOR_NAME,
+    HistoryWriter,
+    PathMap,
+    iter_trailers,
+    replay,
+)
+from memsync.mirror.metadata import read_metadata, write_metadata
+from memsync.mirror.paths import decode_path
+from memsync.mirror.trailers import Operation, Trailers, parse_message
+
+MIRROR_FORMAT = "1"
+PACK_LIMIT = 50
+
+# git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
+# ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
+REMOTE_URL = "/dev/null/memsync-managed: run 'memsync sync' instead of git fetch, pull or push"
+
+EXCLUDE_BLOCK = """\
+# memsync: editor and tool temporaries are never memories (untracked files only)
+*.swp
+*.swo
+*.swx
+*~
+.#*
+\\#*#
+4913
+.*.kate-swp
+.DS_Store
+"""
+
+# Highest-precedence attributes: whatever a global gitattributes says, contents stay plain bytes.
+ATTRIBUTES_BLOCK = """\
+# memsync: memory files are plain bytes, never converted or filtered
+* -text -filter -ident -working-tree-encoding
+"""
+
+_CONFIG: dict[str, str] = {
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.filemode": "false",
+    "core.symlinks": "false",
+    "core.ignorecase": "false",
+    "core.precomposeunicode": "false",
+    "remote.memstore.url": REMOTE_URL,
+    "remote.memstore.pushurl": REMOTE_URL,
+    "remote.memstore.fetch": "+refs/heads/main:refs/remotes/memstore/main",
+    "remote.memstore.tagopt": "--no-tags",
+    "branch.main.remote": "memstore",
+    "branch.main.merge": "refs/heads/main",
+    "memsync.mirrorformat": MIRROR_FORMAT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedVersion:
+    """An imported version as its commit records it (the checkpoint, when it is the tip)."""
+
+    commit: str
+    version_id: str
+    memory_id: str
+    operation: Operation
+    created_at: datetime
+    memory_path: str | None
+    content_sha256: str | None
+    redacted: bool
+    skipped: str | None
+
+    @classmethod
+    def from_trailers(cls, commit: str, trailers: Trailers) -> ImportedVersion:
+        return cls(
+            commit=commit,
+            version_id=trailers.version_id,
+            memory_id=trailers.memory_id,
+            operation=trailers.operation,
+            created_at=trailers.created_at,
+            memory_path=trailers.memory_path,
+            content_sha256=trailers.content_sha256,
+            redacted=trailers.redacted,
+            skipped=trailers.skipped,
+        )
+
+
+def _probe_case_sensitivity(directory: Path) -> None:
+    probe = directory / f".memsync-case-probe-{secrets.token_hex(4)}"
+    probe.write_bytes(b"")
+    try:
+        folded = directory / probe.name.upper()
+        insensitive = folded.exists()
+    finally:
+        probe.unlink()
+    if insensitive:
+        raise EnvironmentProblem(
+            f"{directory} is on a case-insensitive filesystem; memory paths are case-sensitive "
+            "(notes/A.md and notes/a.md are two memories): put the mirrors on a case-sensitive "
+            "filesystem (ext4, btrfs, xfs, or a case-sensitive APFS volume)"
+        )
+
+
+class Mirror:
+    """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`."""
+
+    MEMSTORE_REF = "refs/remotes/memstore/main"
+    MAIN_REF = "refs/heads/main"
+    BASE_REF = "refs/memsync/base"
+    METADATA_REF = "refs/heads/memsync/metadata"
+
+    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
+        self._repo = repo
+        self.path = path
+        self.git_dir = Path(repo.path)
+        self.objects_dir = self.git_dir / "objects"
+        self.state_dir = self.git_dir / "memsync"
+        self._content = ContentIndex(repo, self.state_dir / "content-index")
+        self._path_map_cache: tuple[str, PathMap] | None = None
+
+    # --- creating and opening --------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, path: str | os.PathLike[str]) -> Mirror:
+        """Create the mirror at ``path`` (absent or an empty directory); refuse anything else."""
+        require_git()
+        root = Path(path).absolute()
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise MirrorError(f"cannot create a mirror at {root}: it exists and is not an empty directory")
+        root.mkdir(parents=True, exist_ok=True)
+        _probe_case_sensitivity(root)
+        with translated(f"creating a git repository at {root}"):
+            repo = pygit2.init_repository(str(root), bare=False, initial_head="main")
+        mirror = cls(repo, root)
+        mirror._ensure_layout()
+        return mirror
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Mirror:
+        """Open the mirror whose working tree is ``path``."""
+        require_git()
+        root = Path(path).absolute()
+        if not (root / ".git").is_dir():
+            raise MirrorError(f"{root} is not a memsync mirror (no .git directory); create it with init")
+        with translated(f"opening the git repository at {root}"):
+            repo = pygit2.Repository(str(root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        if repo.is_bare or repo.workdir is None or Path(repo.workdir).resolve() != root.resolve():
+            raise MirrorError(f"{root} is not a memsync mirror: its repository is not a plain working tree")
+        if "memsync.mirrorformat" not in repo.config:
+            raise MirrorError(
+                f"{root} is a git repository but not a memsync mirror (memsync.mirrorformat is unset)"
+            )
+        version = repo.config["memsync.mirrorformat"]
+        if version != MIRROR_FORMAT:
+            raise FormatError(
+                f"{root} is a memsync mirror of format {version}; this memsync handles format "
+                f"{MIRROR_FORMAT}: upgrade memsync"
+            )
+        mirror = cls(repo, root)
+        mirror._ensure_layout()
+        return mirror
+
+    def _ensure_layout(self) -> None:
+        """Apply the configuration and helper files; cheap and idempotent, so every open does it."""
+        self.state_dir.mkdir(exist_ok=True)
+        _probe_case_sensitivity(self.state_dir)
+        config = self._repo.config
+        with translated("configuring the mirror"):
+            for key, value in _CONFIG.items():
+                if key not in config or config[key] != value:
+                    config[key] = value
+        info = self.git_dir / "info"
+        info.mkdir(exist_ok=True)
+        for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
+            target = info / name
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if block not in current:
+                separator = "" if current == "" or current.endswith("\n") else "\n"
+                target.write_text(current + separator + block, encoding="utf-8")
+
+    def _reopen(self) -> None:
+        """Fresh pygit2 handles (after a repack replaced the pack files the old ones had open)."""
+        with translated("reopening the mirror"):
+            self._repo = pygit2.Repository(str(self.path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        self._content = ContentIndex(self._repo, self.state_dir / "content-index")
+
+    # --- refs ------------------------------------------------------------------------------------
+
+    def ref_target(self, name: str) -> str | None:
+        """The commit id ``name`` points at, or None if the ref does not exist."""
+        with translated(f"reading {name}"):
+            ref = self._repo.references.get(name)
+            if ref is None:
+                return None
+            return str(ref.resolve().target)
+
+    def set_ref_if_equals(
+        self, name: str, new: str, expected_old: str | None, *, message: str = "memsync"
+    ) -> None:
+        """Point ``name`` at ``new`` only if it still points at ``expected_old`` (None: absent).
+
+        Atomic against other writers (libgit2 locks the ref and compares under the lock); raises
+        :class:`RefMoved` naming what it found otherwise.
+        """
+        if not name.startswith("refs/"):
+            raise MirrorError(f"refusing to update {name!r}: not a full ref name under refs/")
+        try:
+            if expected_old is None:
+                self._repo.create_reference_direct(name, new, False, message=message)
+                return
+            ref = self._repo.references.get(name)
+            actual = str(ref.target) if ref is not None else None
+            if ref is None or actual != expected_old:
+                raise RefMoved(name, expected_old, actual)
+            ref.set_target(new, message)
+        except pygit2.AlreadyExistsError:
+            raise RefMoved(name, expected_old, self.ref_target(name)) from None
+        except pygit2.GitError as exc:
+            if "does not match" in str(exc) or "modified" in str(exc):
+                raise RefMoved(name, expected_old, self.ref_target(name)) from None
+            raise MirrorError(f"updating {name}: {exc}") from exc
+
+    def delete_ref_if_equals(self, name: str, expected_old: str) -> None:
+        """Delete ``name`` only if it points at ``expected_old``; :class:`RefMoved` otherwise."""
+        actual = self.ref_target(name)
+        if actual != expected_old:
+            raise RefMoved(name, expected_old, actual)
+        # git update-ref compares under the ref lock; pygit2's delete cannot.
+        try:
+            run_git(self.path, ["update-ref", "-d", name, expected_old], action=f"deleting {name}")
+        except MirrorError:
+            raise RefMoved(name, expected_old, self.ref_target(name)) from None
+
+    # --- the imported history ----------------------------------------------------------------
+
+    def tip(self) -> str | None:
+        """The last imported commit (``memstore/main``), or None before the first import."""
+        return self.ref_target(self.MEMSTORE_REF)
+
+    def last_imported(self) -> ImportedVersion | None:
+        """The checkpoint: the tip's trailers, validated; None before the first import."""
+        tip = self.tip()
+        if tip is None:
+            return None
+        with translated(f"reading commit {tip}"):
+            commit = self._repo[tip].peel(pygit2.Commit)
+        return ImportedVersion.from_trailers(tip, parse_message(commit.message, tip))
+
+    def imported_versions(self) -> Iterator[ImportedVersion]:
+        """Every imported version, newest first (a walk of the whole history: for rare cases)."""
+        tip = self.tip()
+        if tip is None:
+            return
+        for commit, trailers in iter_trailers(self._repo, pygit2.Oid(hex=tip)):
+            yield ImportedVersion.from_trailers(commit, trailers)
+
+    def imported_version_ids(self) -> Iterator[str]:
+        """The ids of every imported version (skipped ones included), newest first."""
+        for version in self.imported_versions():
+            yield version.version_id
+
+    def blob_for_sha256(self, sha256: str) -> str | None:
+        """The blob holding the content with this SHA-256, if the mirror has it: fetch it otherwise."""
+        return self._content.lookup(sha256.lower(), self.tip())
+
+    def _content_index_has(self, sha256: str) -> bool:
+        return self._content.knows(sha256)
+
+    def paths(self, commit: str | None = None) -> dict[str, str]:
+        """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""
+        target = commit or self.tip()
+        return self._path_map_at(target).as_dict()
+
+    def files(self, commit: str) -> dict[str, str]:
+        """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
+        with translated(f"reading the tree of {commit}"):
+            tree = self._repo[commit].peel(pygit2.Tree)
+            found: dict[str, str] = {}
+            _collect_files(tree, "", found)
+        return {decode_path(tree_path): blob for tree_path, blob in found.items()}
+
+    def read_blob(self, blob_id: str) -> bytes:
+        with translated(f"reading blob {blob_id}"):
+            blob = self._repo[blob_id]
+        if not isinstance(blob, pygit2.Blob):
+            raise MirrorError(f"{blob_id} is not a blob")
+        return blob.data
+
+    def history_writer(self, **options: Any) -> HistoryWriter:
+        """A :class:`HistoryWriter` continuing ``memstore/main`` (see its options)."""
+        self.consolidate_packs()
+        return HistoryWriter(self, **options)
+
+    def _path_map_at(self, tip: str | None) -> PathMap:
+        if tip is None:
+            return PathMap()
+        if self._path_map_cache is not None and self._path_map_cache[0] == tip:
+            return self._path_map_cache[1]
+        cache_file = self.state_dir / "paths.json"
+        cached_tip: str | None = None
+        paths = PathMap()
+        try:
+            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            if data.get("format") == 1 and isinstance(data.get("paths"), dict):
+                cached_tip = data.get("tip")
+                paths = PathMap(data["paths"])
+        except (OSError, ValueError, TypeError, KeyError):
+            cached_tip = None
+        if cached_tip != tip:
+            since = pygit2.Oid(hex=cached_tip) if cached_tip and self._is_ancestor(cached_tip, tip) else None
+            if since is None:
+                paths = PathMap()
+            with translated("rebuilding the path map from history"):
+                replay(self._repo, paths, pygit2.Oid(hex=tip), since)
+            self._save_path_map(tip, paths)
+        self._path_map_cache = (tip, paths)
+        return paths
+
+    def _save_path_map(self, tip: str, paths: PathMap) -> None:
+        cache_file = self.state_dir / "paths.json"
+        tmp = cache_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"format": 1, "tip": tip, "paths": paths.as_dict()}), encoding="utf-8")
+        os.replace(tmp, cache_file)
+
+    def _checkpoint_written(
+        self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
+    ) -> None:
+        """Bring the caches up to a tip a writer just moved ``ref`` to."""
+        if ref != self.MEMSTORE_REF:
+            return
+        snapshot = paths.copy()
+        self._save_path_map(tip, snapshot)
+        self._path_map_cache = (tip, snapshot)
+        self._content.record(previous, tip, content)
+
+    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        if ancestor == descendant:
+            return True
+        try:
+            return bool(self._repo.descendant_of(descendant, ancestor))
+        except (pygit2.GitError, KeyError, ValueError):
+            return False
+
+    # --- the checkout and the metadata branch ----------------------------------------------------
+
+    def local_changes(self) -> tuple[str, ...]:
+        """Working-tree paths the user changed since ``refs/memsync/base``."""
+        return local_changes(self)
+
+    def update_checkout(self) -> CheckoutUpdate:
+        """Fast-forward ``main`` and the working tree to the tip unless local changes are pending."""
+        return update_checkout(self)
+
+    def write_metadata(
+        self,
+        *,
+        store: Mapping[str, Any] | None,
+        memories: Mapping[str, Mapping[str, Any]] | None,
+        when: datetime,
+        author_name: str = DEFAULT_AUTHOR_NAME,
+        author_email: str = DEFAULT_AUTHOR_EMAIL,
+    ) -> str | None:
+        """Snapshot metadata on ``refs/heads/memsync/metadata``; the commit, or None if unchanged."""
+        return write_metadata(
+            self,
+            store=store,
+            memories=memories,
+            when=when,
+            author_name=author_name,
+            author_email=author_email,
+        )
+
+    def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """``(store document or None, {memory id: document})`` of the metadata branch."""
+        return read_metadata(self, commit)
+
+    # --- maintenance -----------------------------------------------------------------------------
+
+    def pack_count(self) -> int:
+        return len(list((self.objects_dir / "pack").glob("pack-*.pack")))
+
+    def consolidate_packs(self, limit: int = PACK_LIMIT) -> bool:
+        """Repack into one pack when more than ``limit`` packs piled up; True if it did."""
+        if self.pack_count() <= limit:
+            return False
+        run_git(self.path, ["repack", "-a", "-d", "-q"], action="consolidating the mirror's packs")
+        self._reopen()
+        return True
+
+    def fsck(self) -> None:
+        """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
+        run_git(self.path, ["fsck", "--strict", "--no-progress"], action="git fsck of the mirror")
+
+
+def _collect_files(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
+    for item in tree:
+        name = prefix + (item.name or "")
+        if isinstance(item, pygit2.Tree):
+            _collect_files(item, name + "/", found)
+        elif isinstance(item, pygit2.Blob):
+            found[name] = str(item.id)

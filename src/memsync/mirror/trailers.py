@@ -1,0 +1,186 @@
+"""The commit message of an imported version: a summary line, a blank line, and strict trailers.
+
+Format 1, exactly (the trailers appear in this order; optional ones are left out when absent)::
+
+    updated notes/b.md (moved from notes/a.md)
+
+    Memory-Id: mem_01H...
+    Memory-Version: memver_01H...
+    Operation: updated
+    Memory-Path: notes/b.md
+    Content-SHA256: 9f86d081884c7d65...
+    Created-At: 2026-01-02T03:04:05.123456Z
+    Redacted: true
+    Memsync-Skipped: unsafe-path
+    Memsync-Format: 1
+
+``Memory-Path`` is present when the commit sets or removes the memory's file (it is the path after a
+move); ``Content-SHA256`` when the API gave a hash or content was written; ``Created-At`` is the
+version's exact creation time (the commit dates keep whole seconds); ``Redacted`` when the version
+is redacted; ``Memsync-Skipped`` (a reason token) when the engine skipped the version, which then
+changes no file. Paths are C-quoted when they need it (see :func:`quote_for_message`), so no path
+can add a line. Reading takes only the last paragraph and refuses unknown names, repeats, malformed
+values and any ``Memsync-Format`` but 1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from memsync.mirror.errors import FormatError, PathEncodingError
+from memsync.mirror.paths import check_memory_path, quote_for_message, unquote_from_message
+
+FORMAT = 1
+Operation = Literal["created", "updated", "deleted"]
+OPERATIONS: tuple[Operation, ...] = ("created", "updated", "deleted")
+
+ORDER = (
+    "Memory-Id",
+    "Memory-Version",
+    "Operation",
+    "Memory-Path",
+    "Content-SHA256",
+    "Created-At",
+    "Redacted",
+    "Memsync-Skipped",
+    "Memsync-Format",
+)
+REQUIRED = frozenset({"Memory-Id", "Memory-Version", "Operation", "Created-At", "Memsync-Format"})
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}")
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+REASON_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_TIME_PATTERN = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{6}))?Z")
+_LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Trailers:
+    """The parsed trailers of one imported version's commit."""
+
+    memory_id: str
+    version_id: str
+    operation: Operation
+    created_at: datetime
+    memory_path: str | None = None
+    content_sha256: str | None = None
+    redacted: bool = False
+    skipped: str | None = None
+
+
+def format_time(moment: datetime) -> str:
+    """``Created-At``'s spelling: UTC, microseconds only when there are any, ``Z``."""
+    utc = moment.astimezone(UTC)
+    text = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}"
+    return text + "Z"
+
+
+def parse_time(text: str) -> datetime:
+    match = _TIME_PATTERN.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a UTC time like 2026-01-02T03:04:05.123456Z: {text!r}")
+    year, month, day, hour, minute, second, micro = match.groups()
+    moment = datetime(
+        int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro or 0), tzinfo=UTC
+    )
+    if format_time(moment) != text:
+        raise ValueError(f"not in canonical form: {text!r}")
+    return moment
+
+
+def format_trailers(trailers: Trailers) -> str:
+    """The trailer paragraph (lines joined by newlines, no trailing newline)."""
+    values: dict[str, str] = {
+        "Memory-Id": trailers.memory_id,
+        "Memory-Version": trailers.version_id,
+        "Operation": trailers.operation,
+        "Created-At": format_time(trailers.created_at),
+        "Memsync-Format": str(FORMAT),
+    }
+    if trailers.memory_path is not None:
+        values["Memory-Path"] = quote_for_message(trailers.memory_path)
+    if trailers.content_sha256 is not None:
+        values["Content-SHA256"] = trailers.content_sha256
+    if trailers.redacted:
+        values["Redacted"] = "true"
+    if trailers.skipped is not None:
+        values["Memsync-Skipped"] = trailers.skipped
+    return "\n".join(f"{name}: {values[name]}" for name in ORDER if name in values)
+
+
+def format_message(summary: str, trailers: Trailers) -> str:
+    """The whole commit message: summary, blank line, trailers, final newline."""
+    if "\n" in summary or summary.strip() != summary or summary == "":
+        raise ValueError(f"a summary is one non-empty line without outer spaces: {summary!r}")
+    return f"{summary}\n\n{format_trailers(trailers)}\n"
+
+
+def parse_message(message: str, commit: str = "") -> Trailers:
+    """The trailers of a memsync commit message; :class:`FormatError` naming ``commit`` if invalid."""
+    where = f"commit {commit}" if commit else "commit"
+    paragraph = message.rstrip("\n").rsplit("\n\n", 1)[-1]
+    found: dict[str, str] = {}
+    for line in paragraph.split("\n"):
+        match = _LINE.fullmatch(line)
+        if match is None:
+            raise FormatError(f"{where} has no memsync trailers (line {line[:80]!r}); not written by memsync")
+        name, value = match.groups()
+        if name not in ORDER:
+            raise FormatError(f"{where} has an unknown trailer {name!r}")
+        if name in found:
+            raise FormatError(f"{where} repeats the trailer {name}")
+        found[name] = value
+    missing = REQUIRED - found.keys()
+    if "Memsync-Format" in found and found["Memsync-Format"] != str(FORMAT):
+        raise FormatError(
+            f"{where} is in Memsync-Format {found['Memsync-Format'][:20]!r}; this memsync reads format "
+            f"{FORMAT} only: upgrade memsync (commit ids of a format change are never mixed silently)"
+        )
+    if missing:
+        raise FormatError(f"{where} lacks the trailers {', '.join(sorted(missing))}; not written by memsync")
+    try:
+        return _validated(found)
+    except ValueError as exc:
+        raise FormatError(f"{where} has an invalid trailer: {exc}") from None
+
+
+def _validated(found: dict[str, str]) -> Trailers:
+    for name in ("Memory-Id", "Memory-Version"):
+        if ID_PATTERN.fullmatch(found[name]) is None:
+            raise ValueError(f"{name} {found[name][:80]!r} is not an id")
+    operation = found["Operation"]
+    if operation not in OPERATIONS:
+        raise ValueError(f"Operation {operation[:20]!r} is not one of {', '.join(OPERATIONS)}")
+    path: str | None = None
+    if "Memory-Path" in found:
+        raw = found["Memory-Path"]
+        path = unquote_from_message(raw)
+        try:
+            check_memory_path(path)
+        except PathEncodingError as exc:
+            raise ValueError(f"Memory-Path: {exc}") from None
+        if quote_for_message(path) != raw:
+            raise ValueError("Memory-Path is not quoted the way memsync quotes it")
+    sha = found.get("Content-SHA256")
+    if sha is not None and SHA256_PATTERN.fullmatch(sha) is None:
+        raise ValueError("Content-SHA256 is not 64 lower-case hex digits")
+    if found.get("Redacted", "true") != "true":
+        raise ValueError("Redacted is not 'true'")
+    skipped = found.get("Memsync-Skipped")
+    if skipped is not None and REASON_PATTERN.fullmatch(skipped) is None:
+        raise ValueError("Memsync-Skipped is not a reason token")
+    return Trailers(
+        memory_id=found["Memory-Id"],
+        version_id=found["Memory-Version"],
+        operation=operation,
+        created_at=parse_time(found["Created-At"]),
+        memory_path=path,
+        content_sha256=sha,
+        redacted="Redacted" in found,
+        skipped=skipped,
+    )
