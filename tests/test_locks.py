@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from memsync.daemon.locks import held
+from memsync.sync.locks import held
 from memsync.errors import EXIT_LOCKED, LockHeld
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from memsync.daemon.locks import held
+from memsync.sync.locks import held
 with held(Path(sys.argv[1]), "test"):
     print("held", flush=True)
     sys.stdin.read()

@@ -104,6 +104,163 @@ def server(**options: Any) -> None:
     run(tokens=tokens, **options)
 
 
+def _load_config(ctx: click.Context) -> Any:
+    from memsync.config import load_config
+
+    return load_config(config_path(ctx))
+
+
+def _emit(reports: list[dict[str, Any]], as_json: bool, describe: Any) -> None:
+    """Print one JSON object, or a line per store (untrusted text escaped by the caller)."""
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"stores": reports}, ensure_ascii=False, indent=2))
+        return
+    for report in reports:
+        click.echo(describe(report))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def stores(ctx: click.Context, as_json: bool) -> None:
+    """List the stores the token sees, and which of them the config selects."""
+    from memsync.mirror import escape_for_terminal
+    from memsync.sync.stores import client_for, select_stores
+
+    config = _load_config(ctx)
+    with client_for(config) as client:
+        selected = {store.id for store in select_stores(client, config).stores}
+        listed = list(client.list_stores(include_archived=True))
+    rows = [
+        {
+            "id": store.id,
+            "ok": True,
+            "error": None,
+            "name": store.name,
+            "archived": store.archived,
+            "system_managed": store.system_managed,
+            "selected": store.id in selected,
+            "mirror": str(config.mirror.root / store.id),
+        }
+        for store in listed
+    ]
+
+    def describe(row: dict[str, Any]) -> str:
+        flags = [
+            f
+            for f, on in (
+                ("selected", row["selected"]),
+                ("archived", row["archived"]),
+                ("system-managed", row["system_managed"]),
+            )
+            if on
+        ]
+        return f"{row['id']}  {escape_for_terminal(row['name'])}  [{', '.join(flags) or 'not selected'}]"
+
+    _emit(rows, as_json, describe)
+
+
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--full-scan", is_flag=True, help="List every version again (redactions, retention, late ones)."
+)
+@click.option(
+    "--skip-version",
+    "skip_versions",
+    multiple=True,
+    metavar="ID",
+    help="Import past this version (refused as unsafe) without its content; repeatable.",
+)
+@click.pass_context
+def pull(
+    ctx: click.Context,
+    store_names: tuple[str, ...],
+    as_json: bool,
+    full_scan: bool,
+    skip_versions: tuple[str, ...],
+) -> None:
+    """Import new versions of the selected stores into their git mirrors."""
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.pull import PullReport, pull_store
+    from memsync.sync.stores import client_for, select_stores
+
+    config = _load_config(ctx)
+    reports: list[PullReport] = []
+    with client_for(config) as client:
+        selection = select_stores(client, config, store_names)
+        with _progress(enabled=not as_json) as advance:
+            for store in selection.stores:
+                reports.append(
+                    pull_store(
+                        client,
+                        store,
+                        config.mirror.root,
+                        full_scan=full_scan,
+                        skip_versions=frozenset(skip_versions),
+                        progress=advance,
+                    )
+                )
+    for store_id in selection.deleted_remotely:
+        gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
+        gone.warnings.append("the store was deleted remotely (or this token lost access); its mirror is kept")
+        reports.append(gone)
+    _emit([r.to_json() for r in reports], as_json, _describe_pull)
+    ctx.exit(combine_exit_codes(r.exit_code for r in reports))
+
+
+def _describe_pull(report: dict[str, Any]) -> str:
+    from memsync.mirror import escape_for_terminal
+
+    head = f"{report['id']} ({escape_for_terminal(report['name'])})" if report["name"] else report["id"]
+    if report["deleted_remotely"]:
+        return f"{head}: deleted remotely; mirror kept at {report['path']}"
+    parts = [f"imported {report['imported']} version(s)"]
+    if report["skipped"]:
+        parts.append(f"skipped {', '.join(report['skipped'])}")
+    if report["checkout"] == "updated":
+        parts.append("checkout updated")
+    elif report["checkout"] == "local-changes":
+        parts.append(f"checkout left alone: {len(report['local_changes'])} local change(s) to push")
+    elif report["checkout"] == "diverged":
+        parts.append("checkout has local commits: run memsync sync")
+    lines = [f"{head}: {', '.join(parts)} -> {report['path']}"]
+    lines += [f"  warning: {w}" for w in report["warnings"]]
+    if report["error"]:
+        lines.append(f"  error: {report['error']}")
+    return "\n".join(lines)
+
+
+def _progress(*, enabled: bool) -> Any:
+    """A progress counter on a terminal (stderr), nothing otherwise."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def quiet() -> Any:
+        yield None
+
+    if not enabled or not sys.stderr.isatty():
+        return quiet()
+
+    @contextmanager
+    def bar() -> Any:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("importing: {task.completed} versions"),
+            TimeElapsedColumn(),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("import", total=None)
+            yield lambda n: progress.advance(task, n)
+
+    return bar()
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,77 @@
+"""Which stores a command works on: the configured selection, narrowed by names on the command line."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memsync.api import Client, Store, open_client
+from memsync.config import Config
+from memsync.errors import UsageError
+
+
+def client_for(config: Config, **options: object) -> Client:
+    """A client for the configured API; the token is read here and handed over, never stored."""
+    return open_client(
+        config.api.dialect, config.api.base_url, config.token(), timeout=config.api.timeout, **options
+    )
+
+
+@dataclass
+class Selection:
+    stores: list[Store] = field(default_factory=list)
+    # Mirrors in the root whose store the API no longer lists: deleted remotely, mirror kept.
+    deleted_remotely: list[str] = field(default_factory=list)
+
+
+def select_stores(
+    client: Client, config: Config, named: tuple[str, ...] = (), *, include_archived: bool | None = None
+) -> Selection:
+    """The stores to work on: every listed store the config selects, or those named (id or name glob).
+
+    A store named on the command line is taken even if it is archived; ``include_archived`` overrides
+    the config (backups take archived stores regardless). Unknown names are a usage error.
+    """
+    archived_too = config.stores.include_archived if include_archived is None else include_archived
+    listed = list(client.list_stores(include_archived=True))
+    selection = Selection()
+    if named:
+        matched: set[str] = set()
+        for store in listed:
+            hits = [n for n in named if n == store.id or fnmatch.fnmatchcase(store.name, n)]
+            if hits:
+                matched.update(hits)
+                selection.stores.append(store)
+        unknown = [n for n in named if n not in matched]
+        if unknown:
+            raise UsageError(
+                f"no store matches {', '.join(unknown)}; `memsync stores` lists the stores this token sees"
+            )
+    else:
+        mode = config.stores.system_managed
+        for store in listed:
+            if store.archived and not archived_too:
+                continue
+            if mode == "only" and not store.system_managed:
+                continue
+            if mode == "exclude" and store.system_managed:
+                continue
+            if config.stores.selects(store.id, store.name):
+                selection.stores.append(store)
+    known = {store.id for store in listed}
+    selection.deleted_remotely = [
+        mirror.name for mirror in existing_mirrors(config.mirror.root) if mirror.name not in known
+    ]
+    if named:
+        selection.deleted_remotely = [s for s in selection.deleted_remotely if s in named]
+    return selection
+
+
+def existing_mirrors(root: Path) -> list[Path]:
+    """Mirror folders under ``root`` (one per store id)."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        p for p in root.iterdir() if p.is_dir() and p.name.startswith("memstore_") and (p / ".git").is_dir()
+    )
