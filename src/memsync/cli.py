@@ -261,6 +261,23 @@ def _progress(*, enabled: bool) -> Any:
     return bar()
 
 
+@cli.command()
+@click.option(
+    "--dir",
+    "directory",
+    default="memsync-demo",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the demo (must be new or empty).",
+)
+@click.pass_context
+def demo(ctx: click.Context, directory: Path) -> None:
+    """Start the embedded server with a sample store, pull it into git, and show the history."""
+    from memsync.demo import run_demo
+
+    ctx.exit(run_demo(directory))
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)
