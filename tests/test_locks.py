@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memsync.sync.locks import held
 from memsync.errors import EXIT_LOCKED, LockHeld
+from memsync.sync.locks import held
 
 HOLDER = """
 import sys, time

@@ -39,6 +39,7 @@ from memsync.api import (
     Operation,
     Store,
 )
+from memsync.crashpoints import crash_point
 from memsync.engine.importing import Checkpoint, author_for, newer_than_checkpoint
 from memsync.engine.spool import ReverseSpool
 from memsync.errors import EXIT_FAILED, EXIT_OK, MemsyncError, UnsafeInput
@@ -337,6 +338,7 @@ class _Importer:
             )
         )
         self.changed = True
+        crash_point("pull.version")
         if content is not None and version.content_sha256 is not None:
             self.written.add(version.content_sha256)
         if skipped:

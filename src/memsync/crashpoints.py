@@ -1,0 +1,27 @@
+"""Seeded crash points for tests: ``MEMSYNC_CRASH_AT=step:n`` kills the process at the n-th ``step``.
+
+Crash-and-resume tests need a process to die at an exact point, repeatably, with no cleanup running —
+which a timer cannot give. Code calls :func:`crash_point` at the places where an interruption matters;
+with the variable unset it costs one dictionary lookup. The process sends itself SIGKILL, exactly
+what ``kill -9`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "MEMSYNC_CRASH_AT"
+_passes: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    name, _, count = spec.rpartition(":")
+    if name != step:
+        return
+    _passes[step] = _passes.get(step, 0) + 1
+    if str(_passes[step]) == count:
+        os.kill(os.getpid(), signal.SIGKILL)
