@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +53,7 @@ log = logging.getLogger("memsync.pull")
 # Versions handled per fetch segment: the fetch pipeline drains once per segment, so a segment is
 # long enough to make that pause negligible and short enough to keep its metadata small.
 SEGMENT = 2000
+DEFAULT_BATCH_COMMITS = 1000
 
 Progress = Callable[[int], None]
 
@@ -139,10 +141,13 @@ def pull_store(
     try:
         with store_lock(root, store.id):
             mirror = open_mirror(root, store.id)
+            first_import = mirror.tip() is None
             importer = _Importer(client, store, mirror, report, skip_versions, progress)
             importer.run(full_scan=full_scan)
-            if importer.changed or full_scan:
-                _snapshot_metadata(client, store, mirror)
+            # Store metadata comes with the store listing, free. Memory metadata costs a listing of
+            # every memory, so it is refreshed on the first import and on full scans only: a pull that
+            # imports V versions stays at the request count of design.md §5.
+            _snapshot_metadata(client, store, mirror, with_memories=first_import or full_scan)
             _update_checkout(mirror, report)
             report.tip = mirror.tip()
     except MemsyncError as exc:
@@ -250,7 +255,7 @@ class _Importer:
     def _write(self, spool: ReverseSpool[MemoryVersion]) -> None:
         if len(spool) == 0:
             return
-        writer = self.mirror.history_writer()
+        writer = self.mirror.history_writer(batch_commits=_batch_commits())
         try:
             versions = spool.reversed()
             while segment := list(itertools.islice(versions, SEGMENT)):
@@ -357,6 +362,12 @@ class _Importer:
         return False
 
 
+def _batch_commits() -> int:
+    """Commits per pack (``MEMSYNC_IMPORT_BATCH``): each batch is a checkpoint an interrupted pull keeps."""
+    raw = os.environ.get("MEMSYNC_IMPORT_BATCH", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_BATCH_COMMITS
+
+
 def _order_key(version: MemoryVersion) -> tuple[datetime, str]:
     return version.order_key
 
@@ -382,15 +393,17 @@ def _checkpoint(mirror: Mirror) -> Checkpoint | None:
     return best
 
 
-def _snapshot_metadata(client: Client, store: Store, mirror: Mirror) -> None:
-    """Store and memory metadata on the metadata branch (a commit only when something changed)."""
-    memories: dict[str, dict[str, Any]] = {}
-    try:
-        for memory in client.list_memories(store.id):
-            memories[memory.id] = {"path": memory.path, "metadata": memory.metadata}
-    except ApiError as exc:
-        log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
-        return
+def _snapshot_metadata(client: Client, store: Store, mirror: Mirror, *, with_memories: bool) -> None:
+    """Store (and memory) metadata on the metadata branch; a commit only when something changed."""
+    memories: dict[str, dict[str, Any]] | None = None
+    if with_memories:
+        memories = {}
+        try:
+            for memory in client.list_memories(store.id):
+                memories[memory.id] = {"path": memory.path, "metadata": memory.metadata}
+        except ApiError as exc:
+            log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
+            memories = None
     document = {
         "id": store.id,
         "name": store.name,
