@@ -82,6 +82,7 @@ class MutableTree:
                 raise MirrorError(f"tree path {b'/'.join(components)!r} runs through a file")
             chain.append(child)
             node = child
+        self._entries(node)  # loaded before it is marked dirty: a dirty directory has no id to load
         for depth, directory in enumerate(chain):
             directory.oid = None
             if depth:

@@ -1,0 +1,482 @@
+"""The history writer: commit format, determinism, resuming, redaction, skipping, and git as the oracle."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memsync.errors import MirrorError, UnsafeInput
+from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord
+from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
+from memsync.mirror.trailers import Trailers, format_message
+from tests.mirror.oracle import T0, fsck, git, record
+
+NewMirror = Callable[..., Mirror]
+
+HISTORY = [
+    record(1, "mem_a", "created", "notes/a.md", b"alpha\n"),
+    record(2, "mem_b", "created", "notes", b"a file named like a directory\n"),
+    record(3, "mem_c", "created", ".gitmodules", b'[submodule "x"]\n\turl = ../../evil\n'),
+    record(4, "mem_a", "updated", "notes/a.md", b"alpha 2\n"),
+    record(5, "mem_a", "updated", "notes/moved/a.md", b"alpha 2\n"),  # an Anthropic rename
+    record(6, "mem_d", "created", "100%.md", b"percent\n", author=("Ana <ana@x>\n", "ana@example.com")),
+    record(7, "mem_a", "updated", None, None, redacted=True, sha="0" * 64),  # content and path gone
+    record(8, "mem_e", "created", "skip/me.md", b"x", skipped=True, skip_reason="unsafe-path"),
+    record(9, "mem_a", "deleted", "notes/moved/a.md", None),
+    record(10, "mem_f", "created", "notes/new.md", b"new\n"),
+    record(11, "mem_b", "updated", "notes", b"still a file\n"),
+]
+
+
+def blob_id(content: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0%s" % (len(content), content)).hexdigest()
+
+
+def write(mirror: Mirror, records: list[VersionRecord], **options: object) -> str | None:
+    with mirror.history_writer(**options) as writer:
+        for item in records:
+            writer.add(item)
+    return mirror.tip()
+
+
+def tree_listing(mirror: Mirror, rev: str = "refs/remotes/memstore/main") -> dict[str, str]:
+    out = git(mirror.path, "ls-tree", "-r", "-z", "--format=%(path)\t%(objectname)", rev)
+    return dict(line.split("\t") for line in out.split("\0") if line)
+
+
+def test_commit_is_exactly_the_documented_format(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    tip = write(mirror, [record(1, "mem_a", "created", "notes/a.md", b"alpha\n")])
+    assert tip is not None
+    raw = git(mirror.path, "cat-file", "commit", tip)
+    seconds = int(T0.timestamp()) + 1
+    sha = hashlib.sha256(b"alpha\n").hexdigest()
+    assert raw.split("\n", 1)[1] == (
+        f"author memsync <memsync@localhost> {seconds} +0000\n"
+        f"committer memsync <memsync@localhost> {seconds} +0000\n"
+        "\n"
+        "created notes/a.md\n"
+        "\n"
+        "Memory-Id: mem_a\n"
+        "Memory-Version: memver_0001\n"
+        "Operation: created\n"
+        "Memory-Path: notes/a.md\n"
+        f"Content-SHA256: {sha}\n"
+        "Created-At: 2026-03-01T12:00:01.250000Z\n"
+        "Memsync-Format: 1\n"
+    )
+    # git's own trailer parser reads the same trailers.
+    parsed = git(
+        mirror.path,
+        "interpret-trailers",
+        "--parse",
+        input=git(mirror.path, "log", "-1", "--format=%B", tip).encode(),
+    )
+    assert "Memory-Version: memver_0001" in parsed and "Memsync-Format: 1" in parsed
+    assert git(mirror.path, "show", f"{tip}:notes/a.md") == "alpha\n"
+    fsck(mirror.path)
+
+
+def test_the_history_reads_back_as_git_and_memsync_see_it(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    tip = write(mirror, HISTORY)
+    fsck(mirror.path)
+    assert git(mirror.path, "rev-list", "--count", "refs/remotes/memstore/main").strip() == str(len(HISTORY))
+    assert mirror.files(tip or "") == {
+        "notes": blob_id(b"still a file\n"),
+        "notes/new.md": blob_id(b"new\n"),
+        ".gitmodules": blob_id(HISTORY[2].content or b""),
+        "100%.md": blob_id(b"percent\n"),
+    }
+    assert sorted(tree_listing(mirror)) == ["%2Egitmodules", "100%25.md", "notes%_", "notes/new.md"]
+    assert mirror.paths() == {
+        "notes": "mem_b",
+        "notes/new.md": "mem_f",
+        ".gitmodules": "mem_c",
+        "100%.md": "mem_d",
+    }
+    subjects = git(mirror.path, "log", "--reverse", "--format=%s", "refs/remotes/memstore/main").splitlines()
+    assert subjects == [
+        "created notes/a.md",
+        "created notes",
+        "created .gitmodules",
+        "updated notes/a.md",
+        "updated notes/moved/a.md (moved from notes/a.md)",
+        "created 100%.md",
+        "updated notes/moved/a.md (redacted)",
+        "created skip/me.md (skipped: unsafe-path)",
+        "deleted notes/moved/a.md",
+        "created notes/new.md",
+        "updated notes",
+    ]
+    # The actor's name cannot break git's ident format; git log shows the cleaned one.
+    assert git(
+        mirror.path, "log", "--format=%an <%ae>", "-1", "--skip=5", "refs/remotes/memstore/main"
+    ).strip() == ("Ana ana@x <ana@example.com>")
+    # git log --follow works across the rename.
+    assert git(
+        mirror.path, "log", "--follow", "--format=%s", "refs/remotes/memstore/main", "--", "notes/moved/a.md"
+    )
+
+
+def test_the_checkpoint_is_the_tips_trailers(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    assert mirror.last_imported() is None
+    write(mirror, HISTORY)
+    last = mirror.last_imported()
+    assert last is not None
+    assert (last.version_id, last.memory_id, last.operation, last.memory_path) == (
+        "memver_0011",
+        "mem_b",
+        "updated",
+        "notes",
+    )
+    assert last.created_at == HISTORY[-1].created_at
+    assert last.commit == mirror.tip()
+    assert list(mirror.imported_version_ids()) == [r.version_id for r in reversed(HISTORY)]
+    versions = {v.version_id: v for v in mirror.imported_versions()}
+    assert versions["memver_0007"].redacted and versions["memver_0007"].memory_path is None
+    assert versions["memver_0008"].skipped == "unsafe-path"
+    started = time.perf_counter()
+    for _ in range(200):
+        mirror.last_imported()
+    assert (time.perf_counter() - started) / 200 < 0.002  # tens of microseconds when the machine is idle
+
+
+def test_two_fresh_mirrors_make_identical_commits(new_mirror: NewMirror) -> None:
+    first = write(new_mirror("one"), HISTORY)
+    second = write(new_mirror("two"), HISTORY, batch_commits=2)
+    assert first == second
+
+
+def test_an_interrupted_import_resumes_to_the_same_commits(new_mirror: NewMirror) -> None:
+    uninterrupted = write(new_mirror("one"), HISTORY)
+    mirror = new_mirror("two")
+    writer = mirror.history_writer(batch_commits=4)
+    for item in HISTORY[:7]:
+        writer.add(item)
+    del writer  # dropped without flushing: the 7th commit is lost, 4 were checkpointed
+    last = mirror.last_imported()
+    assert last is not None and last.version_id == "memver_0004"
+    done = [r.version_id for r in HISTORY].index(last.version_id) + 1
+    assert write(Mirror.open(mirror.path), HISTORY[done:]) == uninterrupted
+    fsck(mirror.path)
+
+
+KILLED_WRITER = """
+import sys
+from tests.mirror.oracle import record
+from memsync.mirror import Mirror
+mirror = Mirror.open(sys.argv[1])
+writer = mirror.history_writer(batch_commits=5)
+for n in range(1, 100_000):
+    writer.add(record(n, f"mem_{n % 50}", "updated" if n > 50 else "created", f"d{n % 7}/m{n % 50}.md",
+                      f"version {n}\\n".encode()))
+    if writer.pending == 0:
+        print(n, flush=True)
+"""
+
+
+def test_kill_9_mid_import_leaves_a_consistent_checkpoint(new_mirror: NewMirror) -> None:
+    mirror = new_mirror("killed")
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(mirror.path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert child.stdout is not None
+    for _ in range(6):  # six batches are behind the ref; the child is busy with the seventh
+        assert child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    fsck(mirror.path)
+    resumed = Mirror.open(mirror.path)
+    last = resumed.last_imported()
+    assert last is not None
+    done = int(last.version_id.removeprefix("memver_"))
+    assert done >= 30 and done % 5 == 0
+
+    def versions(start: int, stop: int) -> list[VersionRecord]:
+        return [
+            record(
+                n,
+                f"mem_{n % 50}",
+                "updated" if n > 50 else "created",
+                f"d{n % 7}/m{n % 50}.md",
+                f"version {n}\n".encode(),
+            )
+            for n in range(start, stop)
+        ]
+
+    end = done + 12
+    assert write(resumed, versions(done + 1, end)) == write(new_mirror("clean"), versions(1, end))
+    fsck(resumed.path)
+
+
+def test_unsafe_data_is_refused_before_anything_changes(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    with mirror.history_writer() as writer:
+        writer.add(record(1, "mem_a", "created", "a.md", b"a"))
+        before = writer.tip
+        bad = [
+            record(2, "mem_b", "created", "b.md", b"b", sha="f" * 64),  # hash mismatch
+            record(2, "mem_b", "created", "x/../../etc/passwd", b"b"),
+            record(2, "mem_b", "created", "/abs", b"b"),
+            record(2, "mem bad", "created", "b.md", b"b"),
+            record(2, "mem_b", "created", "b.md", b"b", skipped=True, skip_reason="Not A Token"),
+        ]
+        for item in bad:
+            with pytest.raises(UnsafeInput, match=r"is not written|not an id"):
+                writer.add(item)
+            assert writer.tip == before
+        # The engine skips the version instead, and the import goes on.
+        writer.add(record(2, "mem_b", "created", None, None, skipped=True, skip_reason="hash-mismatch"))
+        writer.add(record(3, "mem_c", "created", "c.md", b"c"))
+    assert mirror.paths() == {"a.md": "mem_a", "c.md": "mem_c"}
+    fsck(mirror.path)
+
+
+def test_content_is_reused_by_hash_without_being_passed_again(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, [record(1, "mem_a", "created", "a.md", b"shared\n")])
+    sha = hashlib.sha256(b"shared\n").hexdigest()
+    blob = mirror.blob_for_sha256(sha)
+    assert blob == blob_id(b"shared\n")
+    assert mirror.blob_for_sha256("0" * 64) is None
+    write(mirror, [record(2, "mem_b", "created", "b.md", None, sha=sha)])
+    assert mirror.files(mirror.tip() or "")["b.md"] == blob
+    with pytest.raises(MirrorError, match="no content with SHA-256"):
+        write(mirror, [record(3, "mem_c", "created", "c.md", None, sha="1" * 64)])
+
+
+def test_the_content_index_is_rebuilt_and_caught_up_from_history(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:4])
+    index = mirror.state_dir / "content-index"
+    kept = index.read_text()
+    write(mirror, HISTORY[4:])
+    index.write_text(kept)  # as if killed between the ref update and the append
+    reopened = Mirror.open(mirror.path)
+    assert reopened.blob_for_sha256(hashlib.sha256(b"new\n").hexdigest()) is not None
+    index.unlink()
+    reopened = Mirror.open(mirror.path)
+    for content in (b"alpha\n", b"percent\n", b"still a file\n"):
+        assert reopened.blob_for_sha256(hashlib.sha256(content).hexdigest()) is not None
+
+
+def test_redacted_versions_keep_or_replace_the_file(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    head = [record(1, "mem_a", "created", "a.md", b"v1\n"), record(2, "mem_a", "updated", "a.md", b"v2\n")]
+    write(mirror, head)
+    before = tree_listing(mirror)
+    # A redacted version without content: the tree stays as it was.
+    write(mirror, [record(3, "mem_a", "updated", "a.md", None, redacted=True, sha="2" * 64)])
+    assert tree_listing(mirror) == before
+    body = git(mirror.path, "log", "-1", "--format=%B", "refs/remotes/memstore/main")
+    assert "Redacted: true" in body and "Memory-Path" not in body
+    # The engine passes the live memory's content (same hash) for a redacted head version.
+    write(mirror, [record(4, "mem_a", "updated", "a.md", b"v4\n", redacted=True)])
+    assert git(mirror.path, "show", "refs/remotes/memstore/main:a.md") == "v4\n"
+    # A replacement without any path for a memory the mirror never saw cannot be placed.
+    with pytest.raises(UnsafeInput, match="no path"):
+        write(mirror, [record(5, "mem_new", "created", None, b"lost\n", redacted=True)])
+    fsck(mirror.path)
+
+
+def test_a_file_and_a_directory_of_the_same_name_come_and_go(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    steps = [
+        (record(1, "mem_f", "created", "a", b"file a\n"), ["a"]),
+        (record(2, "mem_g", "created", "a/b", b"file a/b\n"), ["a%_", "a/b"]),
+        (record(3, "mem_h", "created", "a/b/c", b"file a/b/c\n"), ["a%_", "a/b%_", "a/b/c"]),
+        (record(4, "mem_h", "deleted", "a/b/c", None), ["a%_", "a/b"]),
+        (record(5, "mem_g", "deleted", "a/b", None), ["a"]),
+    ]
+    for item, expected in steps:
+        write(mirror, [item])
+        assert sorted(tree_listing(mirror)) == expected
+        fsck(mirror.path)
+    assert git(mirror.path, "show", "refs/remotes/memstore/main:a") == "file a\n"
+
+
+def test_the_path_map_is_rebuilt_from_trailers_alone(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY)
+    expected = mirror.paths()
+    (mirror.state_dir / "paths.json").unlink()
+    assert Mirror.open(mirror.path).paths() == expected
+    # A stale cache (an older tip) is caught up by replaying only the newer commits.
+    write(mirror, [record(12, "mem_g", "created", "g.md", b"g\n")])
+    paths_file = mirror.state_dir / "paths.json"
+    fresh = paths_file.read_text()
+    write(mirror, [record(13, "mem_h", "created", "h.md", b"h\n")])
+    paths_file.write_text(fresh)
+    assert Mirror.open(mirror.path).paths() == {**expected, "g.md": "mem_g", "h.md": "mem_h"}
+    # And the history at an older commit.
+    first = git(mirror.path, "rev-list", "--reverse", "refs/remotes/memstore/main").split()[0]
+    assert mirror.paths(first) == {"notes/a.md": "mem_a"}
+
+
+def test_a_memory_that_still_held_a_path_loses_it_to_a_new_one(new_mirror: NewMirror) -> None:
+    # Version retention may drop mem_a's delete: mem_b then creates the same path.
+    mirror = new_mirror()
+    write(
+        mirror, [record(1, "mem_a", "created", "p.md", b"a\n"), record(2, "mem_b", "created", "p.md", b"b\n")]
+    )
+    assert mirror.paths() == {"p.md": "mem_b"}
+    write(mirror, [record(3, "mem_a", "deleted", "p.md", None)])  # late: p.md is mem_b's now
+    assert mirror.paths() == {"p.md": "mem_b"}
+    assert git(mirror.path, "show", "refs/remotes/memstore/main:p.md") == "b\n"
+
+
+def test_large_directories_are_stored_as_deltas(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    records = [
+        record(
+            n,
+            f"mem_{n % 300}",
+            "created" if n < 300 else "updated",
+            f"flat/m{n % 300:03d}.md",
+            f"{n}\n".encode(),
+        )
+        for n in range(600)
+    ]
+    write(mirror, records)
+    fsck(mirror.path)
+    packs = list((mirror.objects_dir / "pack").glob("pack-*.idx"))
+    verify = git(mirror.path, "verify-pack", "-v", *map(str, packs))
+    assert "chain length = 1:" in verify  # trees stored as deltas, and git reads them
+    assert mirror.files(mirror.tip() or "")["flat/m299.md"] == blob_id(b"599\n")
+
+
+def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:2])
+    writer = mirror.history_writer()
+    writer.add(HISTORY[2])
+    first = git(mirror.path, "rev-list", "--reverse", "refs/remotes/memstore/main").split()[0]
+    git(mirror.path, "update-ref", "refs/remotes/memstore/main", first)  # someone else moved it
+    with pytest.raises(RefMoved, match="moved while memsync was writing"):
+        writer.flush()
+    assert mirror.tip() == first
+    with pytest.raises(MirrorError, match="cannot continue"):
+        writer.add(HISTORY[3])
+    with pytest.raises(RefMoved):
+        mirror.set_ref_if_equals(mirror.BASE_REF, first, "0" * 40)
+    mirror.set_ref_if_equals(mirror.BASE_REF, first, None)
+    with pytest.raises(RefMoved):
+        mirror.set_ref_if_equals(mirror.BASE_REF, first, None)
+    mirror.delete_ref_if_equals(mirror.BASE_REF, first)
+    assert mirror.ref_target(mirror.BASE_REF) is None
+
+
+def test_packs_are_consolidated_when_they_pile_up(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    for item in HISTORY[:6]:
+        write(mirror, [item])
+    assert mirror.pack_count() == 6
+    assert mirror.consolidate_packs(limit=3)
+    assert mirror.pack_count() == 1
+    write(mirror, HISTORY[6:])  # the writer reads through fresh handles
+    fsck(mirror.path)
+    assert mirror.last_imported() is not None
+
+
+def test_another_format_is_refused_with_a_clear_message(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:1])
+    tree = git(mirror.path, "rev-parse", "refs/remotes/memstore/main^{tree}").strip()
+    message = (
+        "created x\n\nMemory-Id: mem_a\nMemory-Version: memver_9\nOperation: created\n"
+        "Created-At: 2026-01-01T00:00:00Z\nMemsync-Format: 2\n"
+    )
+    commit = git(
+        mirror.path, "commit-tree", tree, "-p", "refs/remotes/memstore/main", input=message.encode()
+    ).strip()
+    git(mirror.path, "update-ref", "refs/remotes/memstore/main", commit)
+    with pytest.raises(FormatError, match=r"Memsync-Format '2'.*upgrade memsync"):
+        mirror.last_imported()
+    git(
+        mirror.path,
+        "update-ref",
+        "refs/remotes/memstore/main",
+        git(mirror.path, "commit-tree", tree, "-m", "by hand").strip(),
+    )
+    with pytest.raises(FormatError, match="not written by memsync"):
+        mirror.last_imported()
+
+
+def test_a_path_cannot_forge_trailers(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    forged = "x\n\nMemory-Id: mem_forged\nMemsync-Format: 2"
+    write(mirror, [record(1, "mem_a", "created", forged, b"x")])
+    last = mirror.last_imported()
+    assert last is not None and last.memory_id == "mem_a" and last.memory_path == forged
+    trailers = git(
+        mirror.path,
+        "interpret-trailers",
+        "--parse",
+        input=git(mirror.path, "log", "-1", "--format=%B", "refs/remotes/memstore/main").encode(),
+    )
+    assert "mem_forged" not in trailers.replace("\\n", " ").split("Memory-Id: ")[1].split("\n")[0]
+    fsck(mirror.path)
+
+
+def test_writer_and_fast_import_agree_on_every_commit_id(tmp_path: Path, new_mirror: NewMirror) -> None:
+    records = [
+        record(
+            n,
+            f"mem_{n % 9}",
+            "created" if n < 9 else "updated",
+            f"d{n % 9 % 3}/e{n % 9 % 2}/m{n % 9}.md",
+            f"v{n}\n".encode(),
+        )
+        for n in range(30)
+    ]
+    stream = []
+    for mark, item in enumerate(records, start=1):
+        assert item.path and item.content is not None
+        message = format_message(
+            f"{item.operation} {item.path}",
+            Trailers(
+                item.memory_id,
+                item.version_id,
+                item.operation,
+                item.created_at,
+                item.path,
+                item.content_sha256,
+            ),
+        ).encode()
+        seconds = int(item.created_at.timestamp())
+        ident = f"{DEFAULT_AUTHOR_NAME} <{DEFAULT_AUTHOR_EMAIL}> {seconds} +0000".encode()
+        stream.append(b"commit refs/heads/main\nmark :%d\nauthor %s\ncommitter %s\n" % (mark, ident, ident))
+        stream.append(b"data %d\n%s\n" % (len(message), message))
+        if mark > 1:
+            stream.append(b"from :%d\n" % (mark - 1))
+        stream.append(
+            b"M 100644 inline %s\ndata %d\n%s\n" % (item.path.encode(), len(item.content), item.content)
+        )
+    repo = tmp_path / "fast-import"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    git(repo, "fast-import", "--quiet", input=b"".join(stream))
+    mirror = new_mirror()
+    write(mirror, records, batch_commits=7)
+    assert (
+        git(repo, "rev-list", "main").split()
+        == git(mirror.path, "rev-list", "refs/remotes/memstore/main").split()
+    )
+
+
+def test_nothing_is_written_to_the_working_tree_during_import(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY)
+    assert sorted(os.listdir(mirror.path)) == [".git"]
