@@ -1,0 +1,153 @@
+"""Updating the checkout: fast-forward when clean, never over a local edit; git status as the oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from memsync.mirror import Mirror, VersionRecord
+from tests.mirror.oracle import fsck, git, record
+
+NewMirror = Callable[..., Mirror]
+
+
+def imported(mirror: Mirror, *records: VersionRecord) -> str:
+    with mirror.history_writer() as writer:
+        for item in records:
+            writer.add(item)
+    tip = mirror.tip()
+    assert tip is not None
+    return tip
+
+
+def on_disk(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and ".git" not in path.relative_to(root).parts[:1]
+    }
+
+
+def porcelain(mirror: Mirror) -> str:
+    return git(mirror.path, "status", "--porcelain=v1", "-uall")
+
+
+def test_a_clean_checkout_is_fast_forwarded_to_the_tip(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    assert mirror.update_checkout().updated is False  # nothing imported yet
+    tip = imported(
+        mirror,
+        record(1, "mem_a", "created", "notes/a.md", b"a\r\nwindows line ends stay\r\n"),
+        record(2, "mem_b", "created", ".gitignore", b"*\n"),
+        record(3, "mem_c", "created", "notes", b"file beside a directory\n"),
+    )
+    result = mirror.update_checkout()
+    assert result.updated and result.tip == tip and result.local_changes == ()
+    assert on_disk(mirror.path) == {
+        "notes/a.md": b"a\r\nwindows line ends stay\r\n",
+        "%2Egitignore": b"*\n",
+        "notes%_": b"file beside a directory\n",
+    }
+    assert mirror.ref_target(mirror.MAIN_REF) == tip == mirror.ref_target(mirror.BASE_REF)
+    # No staged reverse change (the trap of moving the branch before checking out).
+    assert porcelain(mirror) == ""
+    assert "up to date with 'memstore/main'" in git(mirror.path, "status")
+
+
+def test_remote_changes_arrive_and_leave(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    imported(
+        mirror,
+        record(1, "mem_a", "created", "deep/er/a.md", b"a\n"),
+        record(2, "mem_b", "created", "b", b"b\n"),
+    )
+    mirror.update_checkout()
+    tip = imported(
+        mirror,
+        record(3, "mem_a", "deleted", "deep/er/a.md", None),
+        record(4, "mem_c", "created", "b/c", b"c\n"),  # b becomes b%_ on disk
+        record(5, "mem_b", "updated", "b", b"b2\n"),
+    )
+    assert "behind 'memstore/main' by 3 commits" in git(mirror.path, "status")
+    assert mirror.update_checkout().updated
+    assert on_disk(mirror.path) == {"b%_": b"b2\n", "b/c": b"c\n"}
+    assert not (mirror.path / "deep").exists()  # emptied directories go too
+    assert mirror.ref_target(mirror.BASE_REF) == tip
+    assert porcelain(mirror) == ""
+
+
+def test_a_local_edit_is_never_overwritten(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    first = imported(
+        mirror, record(1, "mem_a", "created", "a.md", b"a\n"), record(2, "mem_b", "created", "b.md", b"b\n")
+    )
+    mirror.update_checkout()
+    (mirror.path / "a.md").write_bytes(b"my edit\n")
+    (mirror.path / "new.md").write_bytes(b"a new memory\n")
+    (mirror.path / "new.md.swp").write_bytes(b"vim swap: ignored\n")
+    imported(
+        mirror,
+        record(3, "mem_a", "updated", "a.md", b"remote a\n"),
+        record(4, "mem_b", "updated", "b.md", b"remote b\n"),
+    )
+    result = mirror.update_checkout()
+    assert not result.updated
+    assert result.local_changes == ("a.md", "new.md")
+    assert (mirror.path / "a.md").read_bytes() == b"my edit\n"
+    assert (mirror.path / "b.md").read_bytes() == b"b\n"  # nothing moves while anything is local
+    assert mirror.ref_target(mirror.MAIN_REF) == first == mirror.ref_target(mirror.BASE_REF)
+
+
+def test_local_commits_count_as_local_changes(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    base = imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
+    mirror.update_checkout()
+    (mirror.path / "a.md").write_bytes(b"committed edit\n")
+    git(mirror.path, "commit", "-qam", "my edit")
+    assert "ahead of 'memstore/main' by 1 commit" in git(mirror.path, "status")
+    imported(mirror, record(2, "mem_b", "created", "b.md", b"b\n"))
+    result = mirror.update_checkout()
+    assert (result.updated, result.local_changes) == (False, ("a.md",))
+    assert mirror.ref_target(mirror.BASE_REF) == base
+    assert "have diverged" in git(mirror.path, "status")
+
+
+def test_a_main_that_cannot_fast_forward_is_reported_as_diverged(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
+    mirror.update_checkout()
+    git(mirror.path, "commit", "-q", "--allow-empty", "-m", "an empty commit changes nothing")
+    mine = mirror.ref_target(mirror.MAIN_REF)
+    imported(mirror, record(2, "mem_a", "updated", "a.md", b"a2\n"))
+    result = mirror.update_checkout()
+    assert (result.updated, result.diverged, result.local_changes) == (False, True, ())
+    assert mirror.ref_target(mirror.MAIN_REF) == mine
+
+
+def test_an_ignored_file_in_the_way_is_not_overwritten(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
+    mirror.update_checkout()
+    (mirror.path / "x.swp").write_bytes(b"the user's swap file\n")
+    tip = imported(mirror, record(2, "mem_x", "created", "x.swp", b"a memory that looks like a swap file\n"))
+    result = mirror.update_checkout()
+    assert not result.updated and "x.swp" in result.local_changes
+    assert (mirror.path / "x.swp").read_bytes() == b"the user's swap file\n"
+    (mirror.path / "x.swp").unlink()
+    assert mirror.update_checkout().updated
+    assert mirror.ref_target(mirror.MAIN_REF) == tip
+    assert (mirror.path / "x.swp").read_bytes() == b"a memory that looks like a swap file\n"
+
+
+def test_contents_stay_plain_bytes_whatever_attributes_say(new_mirror: NewMirror, tmp_path: Path) -> None:
+    mirror = new_mirror()
+    attributes = tmp_path / "attributes"
+    attributes.write_text("* text eol=crlf ident\n")
+    git(mirror.path, "config", "core.attributesFile", str(attributes))
+    git(mirror.path, "config", "core.autocrlf", "true")
+    mirror = Mirror.open(mirror.path)  # opening restores the mirror's settings
+    imported(mirror, record(1, "mem_a", "created", "a.md", b"unix\nline $Id$\n"))
+    assert mirror.update_checkout().updated
+    assert (mirror.path / "a.md").read_bytes() == b"unix\nline $Id$\n"
+    assert porcelain(mirror) == ""
+    fsck(mirror.path)
