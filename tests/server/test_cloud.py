@@ -29,6 +29,11 @@ def test_store_has_the_seed_002_shape_and_needs_no_idempotency_key(cloud: httpx.
     assert cloud_store(cloud, metadata={"created_by": "me"})["metadata"] == {"created_by": "me"}
     listed = ok(cloud.get("/memory_stores", params={"limit": 100}))
     wire.CloudStoreList.model_validate(listed)
+    # An Idempotency-Key is optional on Cloud, and honoured when sent: a replay answers 201 too.
+    key = {"Idempotency-Key": "cloud-key-" + store["id"]}
+    first = ok(cloud.post("/memory_stores", json={"name": "keyed"}, headers=key), 201)
+    assert ok(cloud.post("/memory_stores", json={"name": "keyed"}, headers=key), 201) == first
+    expect_error(cloud.post("/memory_stores", json={"name": "other"}, headers=key), 409, "conflict_error")
 
 
 def test_memory_carries_an_integer_version_and_put_checks_it(cloud: httpx.Client) -> None:

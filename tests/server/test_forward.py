@@ -305,6 +305,9 @@ def test_auth_errors_and_request_ids(server: ServerProcess, forward: httpx.Clien
     assert first.headers["request-id"] != second.headers["request-id"]
     expect_error(forward.get("/no_such_route"), 404, "not_found_error")
     expect_error(forward.put("/memory_stores"), 405)
+    options = forward.request("OPTIONS", "/memory_stores/memstore_x")
+    expect_error(options, 405)
+    assert options.headers["allow"] == "DELETE, GET, POST"
     not_json = forward.post(
         "/memory_stores", content=b"{", headers={"Idempotency-Key": "k", "Content-Type": "application/json"}
     )

@@ -20,6 +20,7 @@ from .envelope import JsonAnswer, error_responses
 from .problems import InvalidRequest
 from .storage import Actor, Engine, MemoryRow, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
 from .wire import (
+    SHA256_HEX,
     AnthropicDeletedMemory,
     AnthropicDeletedStore,
     AnthropicMemory,
@@ -128,9 +129,17 @@ def _id_cursor(page: str | None) -> str | None:
 
 
 Limit = Query(20, ge=1, le=100, description="Page size, 1..100 (with view=full at most 20 are returned).")
-PageToken = Query(None, description="The `next_page` of the previous page.")
-CreatedGte = Query(None, alias="created_at[gte]", description="RFC 3339; inclusive.")
-CreatedLte = Query(None, alias="created_at[lte]", description="RFC 3339; inclusive.")
+IdPageToken = Query(
+    None, description="The `next_page` of the previous page.", json_schema_extra={"pattern": r"^id:[\s\S]+$"}
+)
+PathPageToken = Query(
+    None,
+    description="The `next_page` of the previous page.",
+    json_schema_extra={"pattern": r"^(memory|prefix):[\s\S]+$"},
+)
+_TIME = {"format": "date-time"}
+CreatedGte = Query(None, alias="created_at[gte]", description="RFC 3339; inclusive.", json_schema_extra=_TIME)
+CreatedLte = Query(None, alias="created_at[lte]", description="RFC 3339; inclusive.", json_schema_extra=_TIME)
 
 
 def build_router(engine: Engine) -> APIRouter:
@@ -162,7 +171,7 @@ def build_router(engine: Engine) -> APIRouter:
     )
     async def list_stores(
         limit: int = Limit,
-        page: str | None = PageToken,
+        page: str | None = IdPageToken,
         include_archived: bool = Query(False, description="Include archived stores."),
         created_at_gte: str | None = CreatedGte,
         created_at_lte: str | None = CreatedLte,
@@ -244,10 +253,9 @@ def build_router(engine: Engine) -> APIRouter:
         body: AnthropicMemoryCreate,
         view: View = Query("basic", description="full includes content"),
     ) -> JsonAnswer:
-        if body.content is None:
-            raise InvalidRequest("content", 'must be a string; pass "" for an empty memory')
+        content = "" if body.content is None else body.content
         memory = engine.create_memory(
-            DIALECT, memory_store_id, path=body.path, content=body.content, actor=_actor(request)
+            DIALECT, memory_store_id, path=body.path, content=content, actor=_actor(request)
         )
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
@@ -261,16 +269,20 @@ def build_router(engine: Engine) -> APIRouter:
     async def list_memories(
         memory_store_id: str,
         limit: int = Limit,
-        page: str | None = PageToken,
-        path_prefix: str | None = Query(None, description="Ends with `/`; matches whole segments."),
-        depth: int = Query(0, description="0: every memory below the prefix; 1: direct children only."),
+        page: str | None = PathPageToken,
+        path_prefix: str | None = Query(
+            None,
+            description="Starts and ends with `/`; matches whole segments.",
+            json_schema_extra={"pattern": r"^/(?:[\s\S]*/)?$"},
+        ),
+        depth: int = Query(
+            0, ge=0, le=1, description="0: every memory below the prefix; 1: direct children only."
+        ),
         view: View = Query("basic", description="full includes content (at most 20 per page)"),
     ) -> JsonAnswer:
         prefix = "/" if path_prefix is None else path_prefix
         if not prefix.startswith("/") or not prefix.endswith("/"):
             raise InvalidRequest("path_prefix", "must start and end with '/', e.g. /notes/")
-        if depth not in (0, 1):
-            raise InvalidRequest("depth", "must be 0 (every memory below the prefix) or 1 (direct children)")
         full = view == "full"
         items, cursor = engine.list_memories_by_path(
             DIALECT,
@@ -340,7 +352,9 @@ def build_router(engine: Engine) -> APIRouter:
         request: Request,
         memory_store_id: str,
         memory_id: str,
-        expected_content_sha256: str | None = Query(None, description="Delete only if the hash matches."),
+        expected_content_sha256: str | None = Query(
+            None, description="Delete only if the hash matches.", json_schema_extra={"pattern": SHA256_HEX}
+        ),
     ) -> JsonAnswer:
         expected = (
             None
@@ -364,7 +378,7 @@ def build_router(engine: Engine) -> APIRouter:
     async def list_versions(
         memory_store_id: str,
         limit: int = Limit,
-        page: str | None = PageToken,
+        page: str | None = IdPageToken,
         memory_id: str | None = Query(None, description="Only this memory's versions (also once deleted)."),
         operation: Literal["created", "modified", "deleted"] | None = Query(None),
         created_at_gte: str | None = CreatedGte,

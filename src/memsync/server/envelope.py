@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -147,6 +148,17 @@ def _describe(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", "is invalid"))
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API documents at this path (Starlette's own 405 names only one route's)."""
+    path = request.url.path
+    allowed: set[str] = set()
+    for template, item in request.app.openapi().get("paths", {}).items():
+        pattern = "^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)) + "$"
+        if re.match(pattern, path):
+            allowed |= {method.upper() for method in item if method in ("get", "post", "put", "delete")}
+    return sorted(allowed)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_problem(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiProblem)
@@ -172,7 +184,11 @@ def install_error_handlers(app: FastAPI) -> None:
         if status == 404:
             message = f"no route {request.url.path}; see /openapi.json for the routes of each dialect"
         elif status == 405:
-            message = f"method {request.method} is not allowed on {request.url.path}"
+            allowed = _allowed_methods(request)
+            message = (
+                f"method {request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
+            )
+            return error_answer(request, status, message, headers={"allow": ", ".join(allowed)})
         else:
             message = str(exc.detail)
         return error_answer(request, status, message, headers=dict(exc.headers or {}))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Body, Header, Query
+from pydantic import BaseModel
 
 from memsync.rules import Dialect
 
@@ -33,7 +35,9 @@ from .wire import (
     ForwardMemory,
     ForwardMemoryList,
     ForwardStore,
+    ForwardStoreCreate,
     ForwardStoreList,
+    ForwardStoreUpdate,
     ForwardVersion,
     ForwardVersionList,
     MemoryCreate,
@@ -137,9 +141,26 @@ def id_page(page: Page[Any], data: list[dict[str, Any]]) -> dict[str, Any]:
 
 # --- routes ------------------------------------------------------------------------------------
 
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def _body_model(model: type[BaseModel]) -> Callable[[Endpoint], Endpoint]:
+    """Give one endpoint function the request model of its dialect (Forward reserves more)."""
+
+    def bind(endpoint: Endpoint) -> Endpoint:
+        endpoint.__annotations__["body"] = model
+        return endpoint
+
+    return bind
+
+
 Limit = Query(20, ge=1, le=100, description="Page size, 1..100.")
-AfterId = Query(None, description="Return the page after (older than) this id. Excludes before_id.")
-BeforeId = Query(None, description="Return the page before (newer than) this id. Excludes after_id.")
+AfterId = Query(
+    None, min_length=1, description="Return the page after (older than) this id. Excludes before_id."
+)
+BeforeId = Query(
+    None, min_length=1, description="Return the page before (newer than) this id. Excludes after_id."
+)
 
 
 def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
@@ -160,6 +181,8 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
     idempotency_header = Header(
         None if cloud else ...,
         alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY_CHARS,
         description="The same key and body return the same store; another body with it is a 409."
         + ("" if cloud else " Required."),
     )
@@ -172,6 +195,7 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
         operation_id=op + "create_memory_store",
         summary="Create a memory store",
     )
+    @_body_model(StoreCreate if cloud else ForwardStoreCreate)
     async def create_store(
         body: StoreCreate,
         idempotency_key: str | None = idempotency_header,
@@ -180,12 +204,10 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
             raise InvalidRequest(
                 "Idempotency-Key", "header is required on store creation; send a unique key per new store"
             )
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
-            raise InvalidRequest("Idempotency-Key", f"must be 1..{MAX_IDEMPOTENCY_KEY_CHARS} characters")
         fingerprint = hashlib.sha256(
             json.dumps(body.model_dump(), sort_keys=True, ensure_ascii=False).encode("utf-8")
         ).hexdigest()
-        store, replayed = engine.create_store(
+        store, _ = engine.create_store(
             dialect,
             name=body.name,
             description=body.description,
@@ -193,7 +215,8 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
             idempotency_key=idempotency_key,
             fingerprint=fingerprint,
         )
-        return JsonAnswer(render_store(store, dialect), status_code=200 if replayed else created)
+        # A replay answers like the original create (Forward 200, Cloud 201).
+        return JsonAnswer(render_store(store, dialect), status_code=created)
 
     system_managed_query = Query(
         None, description="true: only system default stores; false: only user-created ones; absent: all."
@@ -238,6 +261,7 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
         operation_id=op + "update_memory_store",
         summary="Update a memory store (metadata replaces the whole map)",
     )
+    @_body_model(StoreUpdate if cloud else ForwardStoreUpdate)
     async def update_store(memory_store_id: str, body: StoreUpdate) -> JsonAnswer:
         store = engine.update_store(
             dialect, memory_store_id, name=body.name, description=body.description, metadata=body.metadata

@@ -13,7 +13,6 @@ milliseconds; the ``created_at`` of every object is the time encoded in its id (
 
 from __future__ import annotations
 
-import base64
 import json
 import sqlite3
 import threading
@@ -266,19 +265,19 @@ _HEAD_OF_LIVE_MEMORY = (
 
 
 def encode_cursor(kind: str, key: str) -> str:
-    """An opaque ``page`` token (Anthropic pagination)."""
-    raw = json.dumps([kind, key], ensure_ascii=False).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    """A ``page`` token (Anthropic pagination): the kind of the last item and its key.
+
+    Clients treat it as opaque; it is plain text so that any token of the documented shape
+    (``id:...``, ``memory:...``, ``prefix:...``) is a valid position to continue from.
+    """
+    return f"{kind}:{key}"
 
 
 def decode_cursor(token: str, kinds: Sequence[str]) -> tuple[str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        kind, key = json.loads(raw.decode("utf-8"))
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidRequest("page", "is not a next_page value this server returned") from None
-    if kind not in kinds or not isinstance(key, str):
-        raise InvalidRequest("page", "is not a next_page value this server returned")
+    kind, separator, key = token.partition(":")
+    if not separator or kind not in kinds or not key:
+        shapes = ", ".join(f"{k}:..." for k in kinds)
+        raise InvalidRequest("page", f"is not a next_page value this server returned ({shapes})")
     return kind, key
 
 

@@ -10,9 +10,56 @@ tests validate real answers against them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+# --- schema annotations ------------------------------------------------------------------------
+# These only describe the rules in /openapi.json (so a schema-driven fuzzer generates valid data);
+# memsync.rules enforces them, with messages that name the field. UTF-8 byte limits are given as
+# character limits, which is exact for ASCII.
+
+NO_CONTROLS = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+NON_BLANK_NO_CONTROLS = (
+    r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+)
+_SEGMENT = r"(?!\.\.?(?:/|$))[^/\\\x00\s](?:[^/\\\x00]{0,253}[^/\\\x00\s])?"
+RELATIVE_PATH = rf"^{_SEGMENT}(?:/{_SEGMENT}){{0,57}}$"
+_ABSOLUTE_SEGMENT = (
+    r"(?!\.\.?(?:/|$))[^/\x00-\x1F\x7F-\x9F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891"
+    r"\u08E2\u180E\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB]+"
+)
+ABSOLUTE_PATH = rf"^(?:/{_ABSOLUTE_SEGMENT}){{1,20}}$"
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+def _text(pattern: str, *, min_length: int = 0, max_length: int | None = None) -> dict[str, Any]:
+    extra: dict[str, Any] = {"pattern": pattern}
+    if min_length:
+        extra["minLength"] = min_length
+    if max_length is not None:
+        extra["maxLength"] = max_length
+    return extra
+
+
+def _metadata(
+    max_keys: int, *, reserved: tuple[str, ...] = (), nullable_values: bool = False
+) -> dict[str, Any]:
+    names: dict[str, Any] = {"minLength": 1, "maxLength": 64}
+    if reserved:
+        names["not"] = {"enum": list(reserved)}
+    values: dict[str, Any] = {"type": "string", "maxLength": 512}
+    if nullable_values:
+        values = {"anyOf": [values, {"type": "null"}]}
+    return {"maxProperties": max_keys, "propertyNames": names, "additionalProperties": values}
+
+
+CONTENT_MAX = 102_400
+FORWARD_CONTENT = _text(NO_CONTROLS, min_length=1, max_length=CONTENT_MAX)
+ANTHROPIC_CONTENT = _text(NO_CONTROLS, max_length=CONTENT_MAX)
+FORWARD_PATH = _text(RELATIVE_PATH, min_length=1, max_length=1024)
+STORE_NAME = _text(NON_BLANK_NO_CONTROLS, min_length=1)
+STORE_DESCRIPTION = _text(NO_CONTROLS)
 
 # --- errors (api.md §5) -----------------------------------------------------------------------
 
@@ -42,34 +89,58 @@ class _Request(BaseModel):
 
 
 class StoreCreate(_Request):
-    name: str
-    description: str = ""
-    metadata: dict[str, str] | None = None
+    """Cloud store creation (Forward's reserves ``created_by`` and one key)."""
+
+    name: str = Field(json_schema_extra=STORE_NAME)
+    description: str = Field(default="", json_schema_extra=STORE_DESCRIPTION)
+    metadata: dict[str, str] | None = Field(default=None, json_schema_extra=_metadata(16))
+
+
+class ForwardStoreCreate(StoreCreate):
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        description="`created_by` is reserved (the server sets it to `forward`).",
+        json_schema_extra=_metadata(15, reserved=("created_by",)),
+    )
 
 
 class StoreUpdate(_Request):
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, str] | None = Field(default=None, description="Replaces the whole map.")
+    name: str | None = Field(default=None, json_schema_extra=STORE_NAME)
+    description: str | None = Field(default=None, json_schema_extra=STORE_DESCRIPTION)
+    metadata: dict[str, str] | None = Field(
+        default=None, description="Replaces the whole map.", json_schema_extra=_metadata(16)
+    )
+
+
+class ForwardStoreUpdate(StoreUpdate):
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        description="Replaces the whole map; `created_by` is reserved.",
+        json_schema_extra=_metadata(15, reserved=("created_by",)),
+    )
 
 
 class MemoryCreate(_Request):
-    path: str
-    content: str
-    metadata: dict[str, str] | None = None
+    path: str = Field(json_schema_extra=FORWARD_PATH)
+    content: str = Field(json_schema_extra=FORWARD_CONTENT)
+    metadata: dict[str, str] | None = Field(default=None, json_schema_extra=_metadata(16))
 
 
 class MemoryUpdate(_Request):
-    content: str
+    content: str = Field(json_schema_extra=FORWARD_CONTENT)
     content_sha256: str | None = Field(default=None, description="Precondition: the stored content's hash.")
-    metadata: dict[str, str] | None = Field(default=None, description="Replaces the whole map.")
+    metadata: dict[str, str] | None = Field(
+        default=None, description="Replaces the whole map.", json_schema_extra=_metadata(16)
+    )
     path: str | None = Field(
-        default=None, description="Must equal the current path (a move is delete + create)."
+        default=None,
+        description="Must equal the current path (a move is delete + create).",
+        json_schema_extra=FORWARD_PATH,
     )
 
 
 class CloudMemoryPut(_Request):
-    content: str
+    content: str = Field(json_schema_extra=FORWARD_CONTENT)
     version: StrictInt = Field(description="The memory's current version; any other is a 409.")
 
 
@@ -235,30 +306,43 @@ class CloudVersionList(_IdPage):
 
 
 class AnthropicStoreCreate(_Request):
-    name: str
-    description: str | None = None
-    metadata: dict[str, str] | None = None
+    name: str = Field(json_schema_extra={**STORE_NAME, "maxLength": 255})
+    description: str | None = Field(default=None, json_schema_extra={**STORE_DESCRIPTION, "maxLength": 1024})
+    metadata: dict[str, str] | None = Field(default=None, json_schema_extra=_metadata(16))
 
 
 class AnthropicStoreUpdate(_Request):
-    name: str | None = None
-    description: str | None = None
-    metadata: dict[str, str | None] | None = Field(default=None, description="A patch: null removes a key.")
+    name: str | None = Field(default=None, json_schema_extra={**STORE_NAME, "maxLength": 255})
+    description: str | None = Field(default=None, json_schema_extra={**STORE_DESCRIPTION, "maxLength": 1024})
+    metadata: dict[str, str | None] | None = Field(
+        default=None,
+        description="A patch: null removes a key. At most 16 keys after the change.",
+        json_schema_extra=_metadata(16, nullable_values=True),
+    )
 
 
 class Precondition(_Request):
     type: Literal["content_sha256"]
-    content_sha256: str
+    content_sha256: str = Field(json_schema_extra={"pattern": SHA256_HEX})
+
+
+ANTHROPIC_PATH = _text(ABSOLUTE_PATH, max_length=1024)
 
 
 class AnthropicMemoryCreate(_Request):
-    path: str
-    content: str | None
+    path: str = Field(json_schema_extra=ANTHROPIC_PATH)
+    content: str | None = Field(
+        description='null creates an empty memory, as "" does.', json_schema_extra=ANTHROPIC_CONTENT
+    )
 
 
 class AnthropicMemoryUpdate(_Request):
-    content: str | None = None
-    path: str | None = Field(default=None, description="A new path renames the memory; its id stays.")
+    content: str | None = Field(default=None, json_schema_extra=ANTHROPIC_CONTENT)
+    path: str | None = Field(
+        default=None,
+        description="A new path renames the memory; its id stays.",
+        json_schema_extra=ANTHROPIC_PATH,
+    )
     precondition: Precondition | None = None
 
 
