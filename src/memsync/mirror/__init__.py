@@ -22,6 +22,7 @@ from memsync.mirror.paths import (
     escape_for_terminal,
     quote_for_message,
     suggest_tree_path,
+    tree_layout_problems,
 )
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.trailers import Operation
@@ -47,4 +48,5 @@ __all__ = [
     "quote_for_message",
     "require_git",
     "suggest_tree_path",
+    "tree_layout_problems",
 ]

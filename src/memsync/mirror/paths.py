@@ -71,13 +71,15 @@ def _pct(text: str) -> str:
     return "".join(f"%{byte:02X}" for byte in text.encode("utf-8"))
 
 
-def _is_special(piece: str) -> bool:
-    """Would git, libgit2 or fsck treat a name starting like ``piece`` specially?"""
-    if piece in (".", ".."):
+def _is_special(piece: str, start: int = 0, end: int | None = None) -> bool:
+    """Would git, libgit2 or fsck treat a name ``piece[start:end]`` specially?"""
+    stop = len(piece) if end is None else end
+    if stop - start <= 2 and piece[start:stop] in (".", ".."):
         return True
-    # Only the first few significant characters decide; skipping ignorables keeps this linear.
+    # Only the first few significant characters decide: look no further than that.
     significant = []
-    for ch in piece:
+    for index in range(start, stop):
+        ch = piece[index]
         if ch in HFS_IGNORABLE:
             continue
         significant.append(ch)
@@ -90,13 +92,8 @@ def _is_special(piece: str) -> bool:
 def _escape_piece(piece: str) -> str:
     body = _ALWAYS_ESCAPED.sub(lambda m: _pct(m.group()), piece)
     if _is_special(piece) and not body.startswith("%"):
-        first = piece[0]
-        body = _pct(first) + _ALWAYS_ESCAPED.sub(lambda m: _pct(m.group()), piece[1:])
+        body = _pct(piece[0]) + _ALWAYS_ESCAPED.sub(lambda m: _pct(m.group()), piece[1:])
     return body
-
-
-def _encoded_len(piece: str) -> int:
-    return len(_escape_piece(piece).encode("utf-8"))
 
 
 def _encode_segment(segment: str, last_limit: int) -> list[str]:
@@ -104,17 +101,28 @@ def _encode_segment(segment: str, last_limit: int) -> list[str]:
     whole = _escape_piece(segment)
     if len(whole.encode("utf-8")) <= last_limit:
         return [whole]
+    # Bytes each character takes once escaped by rule 1; a special piece's first character takes
+    # its %-escape instead (rule 2), which only ever makes a piece longer as it grows.
+    sizes = [
+        3 * len(ch.encode("utf-8")) if _ALWAYS_ESCAPED.match(ch) else len(ch.encode("utf-8"))
+        for ch in segment
+    ]
+
+    def length(start: int, end: int, total: int) -> int:
+        first = segment[start]
+        if not _ALWAYS_ESCAPED.match(first) and _is_special(segment, start, end):
+            return total + 2 * sizes[start]
+        return total
+
     components: list[str] = []
     start = 0
     while True:
-        rest = segment[start:]
-        if _encoded_len(rest) <= last_limit:
-            components.append(_escape_piece(rest))
+        if length(start, len(segment), sum(sizes[start:])) <= last_limit:
+            components.append(_escape_piece(segment[start:]))
             return components
-        # Grow the piece one character at a time: its encoded length only grows, because an
-        # escaped first character stays escaped once the piece is special.
-        end = start + 1
-        while end < len(segment) and _encoded_len(segment[start : end + 1]) <= _PIECE_MAX:
+        end, total = start + 1, sizes[start]
+        while end < len(segment) and length(start, end + 1, total + sizes[end]) <= _PIECE_MAX:
+            total += sizes[end]
             end += 1
         components.append(_escape_piece(segment[start:end]) + CONTINUATION)
         start = end

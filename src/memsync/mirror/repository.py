@@ -189,6 +189,16 @@ class Mirror:
         mirror._ensure_layout()
         return mirror
 
+    def close(self) -> None:
+        """Release the repository's files (pack handles and maps); the mirror is unusable after."""
+        self._repo.free()
+
+    def __enter__(self) -> Mirror:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _ensure_layout(self) -> None:
         """Apply the configuration and helper files; cheap and idempotent, so every open does it."""
         self.state_dir.mkdir(exist_ok=True)

@@ -10,7 +10,6 @@ unread until an edit reaches into it, so opening a large mirror costs nothing un
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
 
 import pygit2
 
@@ -171,14 +170,3 @@ class MutableTree:
         node.last_oid = oid
         node.oid = oid
         return oid
-
-    def files(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every file as ``(tree path, raw oid)``, loading directories as needed."""
-        yield from self._files(self._root, b"")
-
-    def _files(self, node: _Dir, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for name, entry in self._entries(node).items():
-            if isinstance(entry, _Dir):
-                yield from self._files(entry, prefix + name + b"/")
-            else:
-                yield prefix + name, entry[1]
