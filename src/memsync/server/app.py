@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,4 +112,74 @@ def _finish_schema(schema: dict[str, Any]) -> dict[str, Any]:
     schemas = schema.get("components", {}).get("schemas", {})
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
+    _add_links(schema.get("paths", {}))
     return schema
+
+
+_STORE = "/memory_stores/{memory_store_id}"
+_MEMORY = _STORE + "/memories/{memory_id}"
+
+
+def _add_links(paths: dict[str, Any]) -> None:
+    """OpenAPI links from each create to what it created, so stateful fuzzing reaches real objects."""
+    operations = [
+        (method, path, operation)
+        for path, item in paths.items()
+        for method, operation in item.items()
+        if isinstance(operation, dict) and "operationId" in operation
+    ]
+
+    def link(source_method: str, source_path: str, target_prefix: str, parameters: dict[str, str]) -> None:
+        source = paths.get(source_path, {}).get(source_method)
+        if source is None:
+            return
+        status = "201" if "201" in source["responses"] else "200"
+        links = source["responses"][status].setdefault("links", {})
+        for _, path, target in operations:
+            rest = path[len(target_prefix) :]
+            if path.startswith(target_prefix) and "{" not in rest:
+                wanted = set(re.findall(r"\{(\w+)\}", path))
+                links[target["operationId"]] = {
+                    "operationId": target["operationId"],
+                    "parameters": {k: v for k, v in parameters.items() if k in wanted},
+                }
+
+    for base in (FORWARD_BASE, CLOUD_BASE, ANTHROPIC_BASE):
+        link("post", base + "/memory_stores", base + _STORE, {"memory_store_id": "$response.body#/id"})
+        created_memory = {
+            "memory_store_id": "$request.path.memory_store_id",
+            "memory_id": "$response.body#/id",
+        }
+        link("post", base + _STORE + "/memories", base + _MEMORY, created_memory)
+        for collection in ("memory_versions", "versions"):
+            link(
+                "get",
+                base + _STORE + f"/{collection}",
+                base + _STORE + f"/{collection}/{{memory_version_id}}",
+                {
+                    "memory_store_id": "$request.path.memory_store_id",
+                    "memory_version_id": "$response.body#/data/0/id",
+                },
+            )
+    head_version = {
+        "memory_store_id": "$request.path.memory_store_id",
+        "memory_version_id": "$response.body#/memory_version_id",
+    }
+    for source_method, source_path in (("post", _STORE + "/memories"), ("post", _MEMORY)):
+        link(
+            source_method,
+            ANTHROPIC_BASE + source_path,
+            ANTHROPIC_BASE + _STORE + "/memory_versions/{memory_version_id}",
+            head_version,
+        )
+    mounts = FORWARD_BASE + "/identities/{identity_id}/templates/{template_id}/memory_stores"
+    link(
+        "post",
+        mounts,
+        mounts + "/{memory_store_id}",
+        {
+            "identity_id": "$request.path.identity_id",
+            "template_id": "$request.path.template_id",
+            "memory_store_id": "$response.body#/memory_store_id",
+        },
+    )

@@ -19,18 +19,25 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 # memsync.rules enforces them, with messages that name the field. UTF-8 byte limits are given as
 # character limits, which is exact for ASCII.
 
-NO_CONTROLS = r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+# The end anchor is a lookahead: in Python's re (used by jsonschema and Hypothesis) "$" also
+# matches before a final newline, in ECMAScript it does not.
+END = r"(?![\s\S])"
+NO_CONTROLS = rf"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*{END}"
+# White space as Python's str.strip() sees it (JSON Schema's \s differs between regex dialects).
+_WS = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NON_BLANK_NO_CONTROLS = (
-    r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$"
+    r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*"
+    rf"[^{_WS}\x00-\x1F\x7F]"
+    rf"[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*{END}"
 )
-_SEGMENT = r"(?!\.\.?(?:/|$))[^/\\\x00\s](?:[^/\\\x00]{0,253}[^/\\\x00\s])?"
-RELATIVE_PATH = rf"^{_SEGMENT}(?:/{_SEGMENT}){{0,57}}$"
+_SEGMENT = rf"(?!\.\.?(?:/|{END}))[^/\\\x00{_WS}](?:[^/\\\x00]{{0,253}}[^/\\\x00{_WS}])?"
+RELATIVE_PATH = rf"^{_SEGMENT}(?:/{_SEGMENT}){{0,57}}{END}"
 _ABSOLUTE_SEGMENT = (
-    r"(?!\.\.?(?:/|$))[^/\x00-\x1F\x7F-\x9F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891"
+    rf"(?!\.\.?(?:/|{END}))[^/\x00-\x1F\x7F-\x9F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891"
     r"\u08E2\u180E\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB]+"
 )
-ABSOLUTE_PATH = rf"^(?:/{_ABSOLUTE_SEGMENT}){{1,20}}$"
-SHA256_HEX = r"^[0-9a-f]{64}$"
+ABSOLUTE_PATH = rf"^(?:/{_ABSOLUTE_SEGMENT}){{1,20}}{END}"
+SHA256_HEX = rf"^[0-9a-f]{{64}}{END}"
 
 
 def _text(pattern: str, *, min_length: int = 0, max_length: int | None = None) -> dict[str, Any]:
