@@ -45,7 +45,7 @@ class Pace:
         if fixed is not None and fixed < 1:
             raise ValueError("fetch concurrency must be at least 1")
         self.fixed = fixed
-        self.maximum = max(1, maximum)
+        self.maximum = max(1, maximum, fixed or 1)
         self._window = fixed or 1
         self._lock = threading.Lock()
         self._walls: deque[float] = deque(maxlen=_SAMPLES)

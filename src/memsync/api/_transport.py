@@ -153,6 +153,12 @@ class Transport:
     ) -> None:
         if not token:
             raise ValueError("the API token is empty; config resolves it from token_env or token_file")
+        if not all(" " < ch < "\x7f" for ch in token):
+            # Said without the token: it may be a secret with a stray newline from a file.
+            raise ValueError(
+                "the API token contains white space or characters an HTTP header cannot carry;"
+                " check token_env / token_file (a trailing newline?)"
+            )
         root = base_url.rstrip("/")
         if not root.endswith(wire.prefix):
             root += wire.prefix
