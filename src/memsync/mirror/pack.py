@@ -1,8 +1,9 @@
 """Pack files written directly: one ``.pack`` (version 2) and its ``.idx`` (version 2) per batch.
 
-Objects are zlib-compressed as they are added; a tree can be stored as an offset delta against an
-earlier version of itself in the same pack (a one-entry change to a large directory then costs a
-few dozen bytes instead of the whole directory again). :meth:`PackBatch.write` writes the pack
+Objects are kept uncompressed until the batch is written, then zlib-compressed on two threads; a
+tree can be stored as an offset delta against an earlier version of itself in the same pack (a
+one-entry change to a large directory then costs a few dozen bytes instead of the whole directory
+again). :meth:`PackBatch.write` writes the pack
 under a temporary name, then renames it into ``objects/pack`` with its index last: git and libgit2
 find packs through their ``.idx``, so a pack is either complete and visible or absent. Objects in a
 pack no ref reaches yet (after a kill at the wrong moment) are harmless and pruned by a later repack.
@@ -16,6 +17,7 @@ import struct
 import subprocess
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,8 @@ _PACK_SIGNATURE = b"PACK"
 _IDX_SIGNATURE = b"\377tOc"
 _MAX_INSERT = 127
 _MAX_COPY = 0xFFFFFF
+_THREADS = 2
+_PARALLEL_CHUNK = 512
 
 
 def _type_and_size(type_code: int, size: int) -> bytes:
@@ -128,38 +132,49 @@ class _Packed:
     record: bytes  # type/size header (+ delta base offset) + compressed data
 
 
+def _compress_all(payloads: list[bytes], level: int) -> list[bytes]:
+    """Compress every payload; on two threads when there are many (zlib lets go of the GIL)."""
+    if len(payloads) < 2 * _PARALLEL_CHUNK:
+        return [zlib.compress(payload, level) for payload in payloads]
+    chunks = [payloads[i : i + _PARALLEL_CHUNK] for i in range(0, len(payloads), _PARALLEL_CHUNK)]
+    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+        parts = pool.map(lambda chunk: [zlib.compress(payload, level) for payload in chunk], chunks)
+        return [compressed for part in parts for compressed in part]
+
+
 class PackBatch:
-    """Objects collected in memory, compressed as they come, written as one pack by :meth:`write`."""
+    """Objects collected in memory and written as one pack by :meth:`write`.
+
+    Compression waits for :meth:`write`, which compresses the whole batch on two threads: most of
+    a commit's cost is zlib, and zlib runs outside the GIL.
+    """
 
     def __init__(self, *, compression: int = 1) -> None:
         self._compression = compression
-        self._objects: list[_Packed] = []
-        self._offsets: dict[bytes, int] = {}
-        self._next_offset = 12  # after the 12-byte pack header
+        # (oid, type code, payload, base oid): payload is the object, or a delta against the base.
+        self._items: list[tuple[bytes, int, bytes, bytes | None]] = []
+        self._known: set[bytes] = set()
+        self._size = 0
         self.depths: dict[bytes, int] = {}
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return len(self._items)
 
     def __contains__(self, oid: bytes) -> bool:
-        return oid in self._offsets
+        return oid in self._known
 
     @property
     def size(self) -> int:
-        """Bytes the pack will take, roughly (compressed objects and headers)."""
-        return self._next_offset
+        """Bytes of uncompressed payload held (what bounds the batch's memory)."""
+        return self._size
 
     def add(self, type_code: int, body: bytes, oid: bytes) -> None:
         """Add a whole object (``oid`` is its id, computed by the caller who needed it anyway)."""
-        if oid in self._offsets:
+        if oid in self._known:
             return
-        size = len(body)
-        header = bytes(((type_code << 4) | size,)) if size < 16 else _type_and_size(type_code, size)
-        record = header + zlib.compress(body, self._compression)
-        offset = self._next_offset
-        self._objects.append(_Packed(oid, offset, record))
-        self._offsets[oid] = offset
-        self._next_offset = offset + len(record)
+        self._items.append((oid, type_code, body, None))
+        self._known.add(oid)
+        self._size += len(body)
         self.depths[oid] = 0
 
     def add_delta(self, body: bytes, oid: bytes, base_body: bytes, base_oid: bytes) -> bool:
@@ -168,28 +183,35 @@ class PackBatch:
         Unsuitable: the base is not in this batch, its chain is already at git's depth limit, or the
         delta would not be clearly smaller than the object. The caller then uses :meth:`add`.
         """
-        if oid in self._offsets:
+        if oid in self._known:
             return True
-        base_offset = self._offsets.get(base_oid)
         depth = self.depths.get(base_oid, MAX_DELTA_DEPTH)
-        if base_offset is None or depth >= MAX_DELTA_DEPTH:
+        if base_oid not in self._known or depth >= MAX_DELTA_DEPTH:
             return False
         delta = make_delta(base_body, body)
         if len(delta) * 2 > len(body):
             return False
-        record = (
-            _type_and_size(OFS_DELTA, len(delta))
-            + _offset_encoding(self._next_offset - base_offset)
-            + zlib.compress(delta, self._compression)
-        )
-        self._append(oid, record)
+        self._items.append((oid, OFS_DELTA, delta, base_oid))
+        self._known.add(oid)
+        self._size += len(delta)
         self.depths[oid] = depth + 1
         return True
 
-    def _append(self, oid: bytes, record: bytes) -> None:
-        self._objects.append(_Packed(oid, self._next_offset, record))
-        self._offsets[oid] = self._next_offset
-        self._next_offset += len(record)
+    def _packed(self) -> list[_Packed]:
+        compressed = _compress_all([item[2] for item in self._items], self._compression)
+        offsets: dict[bytes, int] = {}
+        packed: list[_Packed] = []
+        offset = 12  # after the pack header
+        for (oid, type_code, payload, base), data in zip(self._items, compressed, strict=True):
+            size = len(payload)
+            header = bytes(((type_code << 4) | size,)) if size < 16 else _type_and_size(type_code, size)
+            if base is not None:
+                header += _offset_encoding(offset - offsets[base])
+            record = header + data
+            packed.append(_Packed(oid, offset, record))
+            offsets[oid] = offset
+            offset += len(record)
+        return packed
 
     def write(self, objects_dir: Path, *, indexer: str = "python") -> Path | None:
         """Write the pack and its index into ``objects_dir/pack``; return the ``.pack`` path.
@@ -197,17 +219,18 @@ class PackBatch:
         ``indexer="git"`` lets ``git index-pack`` write the index instead (kept to measure the
         choice; ``python`` is faster, see benchmarks/git_write_bench.py). Nothing to write → None.
         """
-        if not self._objects:
+        if not self._items:
             return None
+        objects = self._packed()
         pack_dir = objects_dir / "pack"
         pack_dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha1(usedforsecurity=False)
-        header = _PACK_SIGNATURE + struct.pack(">II", 2, len(self._objects))
+        header = _PACK_SIGNATURE + struct.pack(">II", 2, len(objects))
         tmp_pack = pack_dir / f"tmp_pack_memsync_{os.getpid()}_{id(self)}"
         with open(tmp_pack, "wb") as out:
             out.write(header)
             digest.update(header)
-            for packed in self._objects:
+            for packed in objects:
                 out.write(packed.record)
                 digest.update(packed.record)
             pack_sum = digest.digest()
@@ -226,7 +249,7 @@ class PackBatch:
             return final
         tmp_idx = pack_dir / f"tmp_idx_memsync_{os.getpid()}_{id(self)}"
         with open(tmp_idx, "wb") as out:
-            out.write(_index_bytes(self._objects, pack_sum))
+            out.write(_index_bytes(objects, pack_sum))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp_pack, final)
