@@ -151,3 +151,32 @@ def test_contents_stay_plain_bytes_whatever_attributes_say(new_mirror: NewMirror
     assert (mirror.path / "a.md").read_bytes() == b"unix\nline $Id$\n"
     assert porcelain(mirror) == ""
     fsck(mirror.path)
+
+
+def test_a_lost_base_ref_is_recovered_from_where_main_left_the_history(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
+    mirror.update_checkout()
+    git(mirror.path, "update-ref", "-d", mirror.BASE_REF)
+    tip = imported(mirror, record(2, "mem_b", "created", "b.md", b"b\n"))
+    assert mirror.local_changes() == ()
+    assert mirror.update_checkout().updated
+    assert mirror.ref_target(mirror.BASE_REF) == tip
+    git(mirror.path, "update-ref", "-d", mirror.BASE_REF)
+    (mirror.path / "a.md").write_bytes(b"edit\n")
+    git(mirror.path, "commit", "-qam", "local")
+    assert mirror.local_changes() == ("a.md",)
+
+
+def test_nothing_moves_while_head_is_off_main(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    first = imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
+    mirror.update_checkout()
+    git(mirror.path, "checkout", "-q", "--detach")
+    imported(mirror, record(2, "mem_a", "updated", "a.md", b"a2\n"))
+    result = mirror.update_checkout()
+    assert (result.updated, result.reason) == (False, "HEAD is not on main: check out main again")
+    assert (mirror.path / "a.md").read_bytes() == b"a\n"
+    assert mirror.ref_target(mirror.MAIN_REF) == first
+    git(mirror.path, "checkout", "-q", "main")
+    assert mirror.update_checkout().updated

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 
+from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 
 if TYPE_CHECKING:
@@ -31,13 +32,15 @@ class CheckoutUpdate:
     ``updated``: ``main``, the working tree and ``refs/memsync/base`` now equal ``tip``.
     ``local_changes``: working-tree paths (``/``-separated, as on disk) changed since the base; when
     any exist nothing was moved. ``diverged``: ``main`` holds commits the tip does not contain and
-    changes nothing, so it cannot fast-forward; the push engine decides.
+    that change nothing, so it cannot fast-forward; the push engine decides. ``reason`` says in
+    words why nothing moved (None when ``updated``).
     """
 
     updated: bool
     tip: str | None
     local_changes: tuple[str, ...] = ()
     diverged: bool = False
+    reason: str | None = None
 
 
 class _Conflicts(pygit2.CheckoutCallbacks):
@@ -59,6 +62,23 @@ class _Conflicts(pygit2.CheckoutCallbacks):
         self.paths.append(path)
 
 
+def _reconciled_base(mirror: Mirror, head: str) -> str | None:
+    """The base to diff ``main`` against: ``refs/memsync/base``, or, when that ref was lost, the
+    last commit ``main`` shares with the imported history (so imported commits never count as local).
+    """
+    base = mirror.ref_target(mirror.BASE_REF)
+    if base is not None:
+        return base
+    tip = mirror.tip()
+    if tip is None:
+        return None
+    with translated("finding where main left the imported history"):
+        try:
+            return str(mirror._repo.merge_base(head, tip))
+        except (pygit2.GitError, KeyError, ValueError, TypeError):
+            return None
+
+
 def local_changes(mirror: Mirror) -> tuple[str, ...]:
     """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
     repo = mirror._repo
@@ -68,13 +88,13 @@ def local_changes(mirror: Mirror) -> tuple[str, ...]:
             if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
                 changed.add(path)
         head = mirror.ref_target(mirror.MAIN_REF)
-        base = mirror.ref_target(mirror.BASE_REF)
-        if head is not None and head != base:
-            old = repo[base].peel(pygit2.Tree) if base else repo[_EMPTY_TREE]
-            new = repo[head].peel(pygit2.Tree)
-            for delta in old.peel(pygit2.Tree).diff_to_tree(new).deltas:
-                changed.add(delta.old_file.path)
-                changed.add(delta.new_file.path)
+        if head is not None:
+            base = _reconciled_base(mirror, head)
+            if head != base:
+                old = repo[base].peel(pygit2.Tree) if base else repo[_EMPTY_TREE].peel(pygit2.Tree)
+                for delta in old.diff_to_tree(repo[head].peel(pygit2.Tree)).deltas:
+                    changed.add(delta.old_file.path)
+                    changed.add(delta.new_file.path)
     return tuple(sorted(changed))
 
 
@@ -82,27 +102,42 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
     """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
     repo = mirror._repo
     tip = mirror.tip()
+    if tip is None:
+        return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
+    with translated("reading HEAD"):
+        on_main = repo.head_is_unborn or (not repo.head_is_detached and repo.head.name == mirror.MAIN_REF)
+    if not on_main:
+        return CheckoutUpdate(
+            updated=False, tip=tip, diverged=True, reason="HEAD is not on main: check out main again"
+        )
     changes = local_changes(mirror)
-    if tip is None or changes:
-        return CheckoutUpdate(updated=False, tip=tip, local_changes=changes)
+    if changes:
+        return CheckoutUpdate(
+            updated=False, tip=tip, local_changes=changes, reason="local changes are pending"
+        )
     head = mirror.ref_target(mirror.MAIN_REF)
     base = mirror.ref_target(mirror.BASE_REF)
     if head is not None and head != tip and not mirror._is_ancestor(head, tip):
-        return CheckoutUpdate(updated=False, tip=tip, diverged=True)
+        return CheckoutUpdate(
+            updated=False, tip=tip, diverged=True, reason="main has commits that memstore/main lacks"
+        )
     if head != tip:
         conflicts = _Conflicts()
         try:
-            with translated("checking out the imported tip"):
-                repo.checkout_tree(
-                    repo[tip].peel(pygit2.Tree),
-                    strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-                    callbacks=conflicts,
-                )
-        except Exception:
-            # The user wrote a file between the status and the checkout (libgit2 checks every
-            # conflict before writing anything, so nothing was touched): report, move nothing.
+            repo.checkout_tree(
+                repo[tip].peel(pygit2.Tree),
+                strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+                callbacks=conflicts,
+            )
+        except pygit2.GitError as exc:
+            if not conflicts.paths:
+                raise MirrorError(f"checking out the imported tip: {exc}") from exc
+            # A file appeared in the way after the status was read (libgit2 checks every conflict
+            # before writing anything, so nothing was touched): report it, move nothing.
             pending = set(local_changes(mirror)) | set(conflicts.paths)
-            return CheckoutUpdate(updated=False, tip=tip, local_changes=tuple(sorted(pending)))
+            return CheckoutUpdate(
+                updated=False, tip=tip, local_changes=tuple(sorted(pending)), reason="files are in the way"
+            )
         mirror.set_ref_if_equals(mirror.MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
     if base != tip:
         mirror.set_ref_if_equals(mirror.BASE_REF, tip, base, message="memsync: checkout reconciled")

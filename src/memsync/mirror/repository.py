@@ -351,7 +351,8 @@ class Mirror:
                 paths = PathMap()
             with translated("rebuilding the path map from history"):
                 replay(self._repo, paths, pygit2.Oid(hex=tip), since)
-            self._save_path_map(tip, paths)
+            if tip == self.tip():  # a map of an older commit must not replace the tip's cache
+                self._save_path_map(tip, paths)
         self._path_map_cache = (tip, paths)
         return paths
 
