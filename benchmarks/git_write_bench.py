@@ -7,14 +7,16 @@ variants alternate, and the median of the rounds is reported with the ratio to f
 
     python benchmarks/git_write_bench.py [--commits 10000] [--files 1000] [--rounds 3] [--variants]
 
-``--variants`` also times the writer with ``git index-pack`` writing the pack index, and with zlib
-level 6 instead of 1, to back the choices made in memsync.mirror.pack.
+``--variants`` also times the writer with ``git index-pack`` writing the pack index, with zlib level
+6 instead of 1, with one compression thread instead of two, and with one pack instead of ten, to
+back the choices made in memsync.mirror.pack and memsync.mirror.history.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import resource
 import shutil
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -86,40 +89,100 @@ def fast_import_stream(records: list[VersionRecord]) -> bytes:
     return b"".join(parts)
 
 
-def _cpu(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+@dataclass(frozen=True)
+class Run:
+    wall: float  # seconds writing, excluding setup (git init, building the input)
+    cpu: float  # user + system seconds of the writing process
+    peak_rss: float  # MiB, of the process that wrote (input included, like fast-import's stream)
+    pack_bytes: int
+    head: str
 
 
-def run_fast_import(workdir: Path, stream: bytes) -> tuple[float, float, str]:
+def _peak_rss(pid: int | str = "self") -> float | None:
+    """VmHWM of a live process in MiB: its own high-water mark since exec.
+
+    ru_maxrss is no good for children here: a child started by vfork or fork inherits the
+    parent's resident set into its maximum, and the parent holds the whole input.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _pack_bytes(repo: Path) -> int:
+    return sum(f.stat().st_size for f in repo.rglob("objects/pack/*"))
+
+
+def run_fast_import(workdir: Path, stream: bytes) -> Run:
     repo = workdir / "fast-import"
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    cpu = _cpu(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input=stream, check=True)
+    child = subprocess.Popen(["git", "-C", str(repo), "fast-import", "--quiet"], stdin=subprocess.PIPE)
+    assert child.stdin is not None
+    child.stdin.write(stream)
+    child.stdin.close()
+    peak = 0.0
+    while True:  # sample the high-water mark until it exits (it only grows)
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            break
+        peak = max(peak, _peak_rss(child.pid) or 0.0)
+        time.sleep(0.002)
     elapsed = time.perf_counter() - started
-    cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode == 0, "git fast-import failed"
     head = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "refs/heads/main"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    return elapsed, cpu, head
+    return Run(elapsed, usage.ru_utime + usage.ru_stime, peak, _pack_bytes(repo), head)
 
 
-def run_writer(workdir: Path, records: list[VersionRecord], **options: Any) -> tuple[float, float, str]:
+def run_writer(workdir: Path, commits: int, files: int, options: dict[str, Any]) -> Run:
+    """The writer in a process of its own, so its CPU time and peak RSS are its own."""
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(options), str(workdir), str(commits), str(files)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    fields = json.loads(result.stdout)
+    return Run(**fields)
+
+
+def child(options: dict[str, Any], workdir: Path, commits: int, files: int) -> None:
+    records = make_records(commits, files)
     mirror = Mirror.init(workdir / "memsync")
-    cpu = _cpu(resource.RUSAGE_SELF)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     with mirror.history_writer(**options) as writer:
         for record in records:
             writer.add(record)
     elapsed = time.perf_counter() - started
-    cpu = _cpu(resource.RUSAGE_SELF) - cpu
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     head = mirror.tip()
-    assert head is not None
-    return elapsed, cpu, head
+    print(
+        json.dumps(
+            dict(
+                wall=elapsed,
+                cpu=cpu,
+                peak_rss=_peak_rss() or after.ru_maxrss / 1024,
+                pack_bytes=_pack_bytes(mirror.path),
+                head=head,
+            )
+        )
+    )
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=10_000)
     parser.add_argument("--files", type=int, default=1_000)
@@ -127,46 +190,53 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true")
     args = parser.parse_args()
 
-    records = make_records(args.commits, args.files)
-    stream = fast_import_stream(records)
-    variants: dict[str, Callable[[Path], tuple[float, float, str]]] = {
-        "git fast-import": lambda d: run_fast_import(d, stream),
-        "memsync writer": lambda d: run_writer(d, records),
-    }
+    stream = fast_import_stream(make_records(args.commits, args.files))
+    writer_options: dict[str, dict[str, Any]] = {"memsync writer": {}}
     if args.variants:
-        variants["writer, git index-pack"] = lambda d: run_writer(d, records, indexer="git")
-        variants["writer, zlib level 6"] = lambda d: run_writer(d, records, compression=6)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    cpus: dict[str, list[float]] = {name: [] for name in variants}
-    heads: set[str] = set()
+        writer_options.update(
+            {
+                "writer, git index-pack": {"indexer": "git"},
+                "writer, zlib level 6": {"compression": 6},
+                "writer, 1 zlib thread": {"compress_threads": 1},
+                "writer, 10k-commit batch": {"batch_commits": 10_000},
+            }
+        )
+    variants: dict[str, Callable[[Path], Run]] = {"git fast-import": lambda d: run_fast_import(d, stream)}
+    for name, options in writer_options.items():
+        variants[name] = lambda d, o=options: run_writer(d, args.commits, args.files, o)  # type: ignore[misc]
+    runs: dict[str, list[Run]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, run in variants.items():
             workdir = Path(tempfile.mkdtemp(prefix="memsync-bench-"))
             try:
-                elapsed, cpu, head = run(workdir)
+                runs[name].append(run(workdir))
             finally:
                 shutil.rmtree(workdir)
-            times[name].append(elapsed)
-            cpus[name].append(cpu)
-            heads.add(head)
+    heads = {r.head for results in runs.values() for r in results}
     assert len(heads) == 1, f"the writers disagree on the head commit: {sorted(heads)}"
 
-    baseline = statistics.median(times["git fast-import"])
-    cpu_baseline = statistics.median(cpus["git fast-import"])
-    print(f"{args.commits:,} one-file commits over {args.files:,} files, median of {args.rounds}")
+    base_wall = statistics.median(r.wall for r in runs["git fast-import"])
+    base_cpu = statistics.median(r.cpu for r in runs["git fast-import"])
+    print(f"{args.commits:,} one-file commits over {args.files:,} files, median of {args.rounds} rounds")
     print(f"head commit (identical for all): {heads.pop()}")
-    print(f"  {'':<24} {'wall':>8} {'commits/s':>10} {'ratio':>6}   {'cpu':>7} {'ratio':>6}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        cpu = statistics.median(cpus[name])
+    print(
+        f"  {'':<26}{'wall':>8}{'commits/s':>11}{'ratio':>7}{'cpu':>9}{'ratio':>7}"
+        f"{'peak RSS':>10}{'packs':>10}"
+    )
+    for name, results in runs.items():
+        wall = statistics.median(r.wall for r in results)
+        cpu = statistics.median(r.cpu for r in results)
+        rss = max(r.peak_rss for r in results)
+        size = results[-1].pack_bytes / 2**20
         print(
-            f"  {name:<24} {median:6.2f} s {args.commits / median:10,.0f} {median / baseline:6.2f}"
-            f"   {cpu:5.2f} s {cpu / cpu_baseline:6.2f}"
+            f"  {name:<26}{wall:6.2f} s{args.commits / wall:11,.0f}{wall / base_wall:7.2f}"
+            f"{cpu:7.2f} s{cpu / base_cpu:7.2f}{rss:6.0f} MiB{size:6.1f} MiB"
         )
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS: this process (records + writer) {own:.0f} MiB; git children {children:.0f} MiB")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+    git_version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.split()[-1]
+    print(
+        f"python {sys.version.split()[0]}, git {git_version}, {os.cpu_count()} cpus, "
+        f"load {os.getloadavg()[0]:.1f}; peak RSS of the writing process, its input included"
+    )
     return 0
 
 

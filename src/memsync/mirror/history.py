@@ -215,9 +215,11 @@ class HistoryWriter:
         batch_commits: int = DEFAULT_BATCH_COMMITS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         compression: int = 1,
+        compress_threads: int = 2,
         indexer: str = "python",
     ) -> None:
         self._mirror = mirror
+        self._compress_threads = compress_threads
         self._indexer = indexer
         self._repo = mirror._repo
         self._ref = ref or mirror.MEMSTORE_REF
@@ -230,7 +232,7 @@ class HistoryWriter:
         self._tree = MutableTree(self._repo, root)
         self._paths = mirror._path_map_at(self._expected).copy()
         self._paths.listener = self
-        self._batch = PackBatch(compression=compression)
+        self._batch = PackBatch(compression=compression, threads=compress_threads)
         self._pending = 0
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._session_blobs: set[bytes] = set()
@@ -336,7 +338,7 @@ class HistoryWriter:
             raise
         self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         self._expected = tip
-        self._batch = PackBatch(compression=self._compression)
+        self._batch = PackBatch(compression=self._compression, threads=self._compress_threads)
         self._pending = 0
         self._new_content = {}
         if self._mirror.consolidate_packs():

@@ -29,7 +29,6 @@ _PACK_SIGNATURE = b"PACK"
 _IDX_SIGNATURE = b"\377tOc"
 _MAX_INSERT = 127
 _MAX_COPY = 0xFFFFFF
-_THREADS = 2
 _PARALLEL_CHUNK = 512
 
 
@@ -132,12 +131,12 @@ class _Packed:
     record: bytes  # type/size header (+ delta base offset) + compressed data
 
 
-def _compress_all(payloads: list[bytes], level: int) -> list[bytes]:
-    """Compress every payload; on two threads when there are many (zlib lets go of the GIL)."""
-    if len(payloads) < 2 * _PARALLEL_CHUNK:
+def _compress_all(payloads: list[bytes], level: int, threads: int) -> list[bytes]:
+    """Compress every payload; on ``threads`` threads when there are many (zlib lets go of the GIL)."""
+    if threads < 2 or len(payloads) < 2 * _PARALLEL_CHUNK:
         return [zlib.compress(payload, level) for payload in payloads]
     chunks = [payloads[i : i + _PARALLEL_CHUNK] for i in range(0, len(payloads), _PARALLEL_CHUNK)]
-    with ThreadPoolExecutor(max_workers=_THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         parts = pool.map(lambda chunk: [zlib.compress(payload, level) for payload in chunk], chunks)
         return [compressed for part in parts for compressed in part]
 
@@ -149,8 +148,9 @@ class PackBatch:
     a commit's cost is zlib, and zlib runs outside the GIL.
     """
 
-    def __init__(self, *, compression: int = 1) -> None:
+    def __init__(self, *, compression: int = 1, threads: int = 2) -> None:
         self._compression = compression
+        self._threads = threads
         # (oid, type code, payload, base oid): payload is the object, or a delta against the base.
         self._items: list[tuple[bytes, int, bytes, bytes | None]] = []
         self._known: set[bytes] = set()
@@ -198,7 +198,7 @@ class PackBatch:
         return True
 
     def _packed(self) -> list[_Packed]:
-        compressed = _compress_all([item[2] for item in self._items], self._compression)
+        compressed = _compress_all([item[2] for item in self._items], self._compression, self._threads)
         offsets: dict[bytes, int] = {}
         packed: list[_Packed] = []
         offset = 12  # after the pack header
