@@ -135,7 +135,12 @@ class LatencyProxy:
             finally:
                 dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer, self.delay_s), pipe(up_reader, writer, 0.0))
+        try:
+            await asyncio.gather(pipe(reader, up_writer, self.delay_s), pipe(up_reader, writer, 0.0))
+        except asyncio.CancelledError:
+            # Shutting down: end quietly rather than as a cancelled task asyncio would report.
+            writer.close()
+            up_writer.close()
 
     def stop(self) -> None:
         async def shut() -> None:
