@@ -7,9 +7,12 @@ whose outcome is unknown are settled, never doubled.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -375,6 +378,18 @@ class ClientContract:
 
 class TestForward(ClientContract):
     dialect = Dialect.FORWARD
+
+    def test_system_managed_default_stores(self, server_factory: Any, tmp_path: Path) -> None:
+        seed = tmp_path / "seed.json"
+        default = {"dialect": "forward", "name": "default", "system_managed": True, "identity_id": "idn_1"}
+        seed.write_text(json.dumps({"stores": [default, {"dialect": "forward", "name": "mine"}]}))
+        seeded = server_factory("--seed", str(seed))
+        with open_client(self.dialect, seeded.base_url, seeded.token) as client:
+            assert [s.name for s in client.list_stores(system_managed=True)] == ["default"]
+            assert [s.name for s in client.list_stores(system_managed=False)] == ["mine"]
+            everything = {s.name: s for s in client.list_stores()}
+            assert set(everything) == {"default", "mine"}
+            assert everything["default"].system_managed and everything["default"].identity_id == "idn_1"
 
     def test_the_idempotency_key_makes_a_store_once(self, client: Client) -> None:
         name = f"idem-{uuid.uuid4().hex[:8]}"

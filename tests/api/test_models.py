@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memsync.api import InvalidResponse, Operation, StoreStatus
 from memsync.api._wire import Wire
@@ -234,3 +236,22 @@ def test_paths_out_per_dialect() -> None:
         ANTHROPIC.path_out("/notes/a.md")
     with pytest.raises(RuleViolation):
         FORWARD.path_out("notes/../a.md")
+
+
+# Segments as Anthropic allows them: no '/', no control or format characters, not '.' or '..'.
+_segment = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Zl", "Zp"), blacklist_characters="/"),
+    min_size=1,
+    max_size=12,
+).filter(lambda s: s not in (".", ".."))
+
+
+@given(st.lists(_segment, min_size=1, max_size=6))
+def test_anthropic_paths_map_both_ways(segments: list[str]) -> None:
+    relative = "/".join(segments)
+    try:
+        wire_path = ANTHROPIC.path_out(relative)
+    except RuleViolation:
+        return  # not NFC, or too long: refused before sending, and never accepted from the API either
+    assert wire_path == "/" + relative
+    assert ANTHROPIC.path_in(wire_path, "a memory") == relative

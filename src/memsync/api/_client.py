@@ -385,7 +385,7 @@ class Client:
         params: dict[str, str] = {}
         if memory_id is not None:
             params["memory_id"] = memory_id
-        size = page_size or PAGE_SIZE
+        size = max(1, min(page_size or PAGE_SIZE, PAGE_SIZE))
         if full and self._dialect is Dialect.ANTHROPIC:
             params["view"] = "full"
             size = min(size, FULL_PAGE_SIZE)
