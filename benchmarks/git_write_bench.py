@@ -8,8 +8,8 @@ variants alternate, and the median of the rounds is reported with the ratio to f
     python benchmarks/git_write_bench.py [--commits 10000] [--files 1000] [--rounds 3] [--variants]
 
 ``--variants`` also times the writer with ``git index-pack`` writing the pack index, with zlib level
-6 instead of 1, with one compression thread instead of two, and with one pack instead of ten, to
-back the choices made in memsync.mirror.pack and memsync.mirror.history.
+6 instead of 1, and with one pack instead of ten, to back the choices made in memsync.mirror.pack
+and memsync.mirror.history.
 """
 
 from __future__ import annotations
@@ -197,7 +197,6 @@ def main() -> int:
             {
                 "writer, git index-pack": {"indexer": "git"},
                 "writer, zlib level 6": {"compression": 6},
-                "writer, 1 zlib thread": {"compress_threads": 1},
                 "writer, 10k-commit batch": {"batch_commits": 10_000},
             }
         )

@@ -215,11 +215,9 @@ class HistoryWriter:
         batch_commits: int = DEFAULT_BATCH_COMMITS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         compression: int = 1,
-        compress_threads: int = 2,
         indexer: str = "python",
     ) -> None:
         self._mirror = mirror
-        self._compress_threads = compress_threads
         self._indexer = indexer
         self._repo = mirror._repo
         self._ref = ref or mirror.MEMSTORE_REF
@@ -232,10 +230,11 @@ class HistoryWriter:
         self._tree = MutableTree(self._repo, root)
         self._paths = mirror._path_map_at(self._expected).copy()
         self._paths.listener = self
-        self._batch = PackBatch(compression=compression, threads=compress_threads)
+        self._batch = PackBatch(compression=compression)
         self._pending = 0
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._session_blobs: set[bytes] = set()
+        self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
         self._spellings: dict[tuple[str, bool], list[bytes]] = {}
         self._broken: str | None = None
 
@@ -338,9 +337,10 @@ class HistoryWriter:
             raise
         self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         self._expected = tip
-        self._batch = PackBatch(compression=self._compression, threads=self._compress_threads)
+        self._batch = PackBatch(compression=self._compression)
         self._pending = 0
         self._new_content = {}
+        self._batch_contents = {}
         if self._mirror.consolidate_packs():
             # A repack replaced the pack files this process had open: read through fresh handles.
             self._repo = self._mirror._repo
@@ -419,7 +419,7 @@ class HistoryWriter:
             if oid not in self._batch and oid not in self._session_blobs:
                 indexed = self._mirror._content_index_has(sha)
                 if not (indexed and self._repo.odb.exists(oid.hex())):
-                    self._batch.add(BLOB, record.content, oid)
+                    self._pack_blob(record.memory_id, record.content, oid)
                 self._session_blobs.add(oid)
             self._new_content[sha] = oid.hex()
             return oid, sha
@@ -442,6 +442,14 @@ class HistoryWriter:
                     "delete .git/memsync/content-index and run again"
                 )
         return bytes.fromhex(known), record.content_sha256
+
+    def _pack_blob(self, memory_id: str, content: bytes, oid: bytes) -> None:
+        # A new version of a memory is usually a small edit of the previous one: store it as a
+        # delta when the previous version is in this pack (fast-import does the same).
+        previous = self._batch_contents.get(memory_id)
+        if previous is None or not self._batch.add_delta(content, oid, previous[1], previous[0]):
+            self._batch.add(BLOB, content, oid)
+        self._batch_contents[memory_id] = (oid, content)
 
     def _summary(self, record: VersionRecord, path: str | None, moved_from: str | None) -> str:
         subject = quote_for_message(path) if path is not None else f"memory {record.memory_id}"

@@ -1,12 +1,13 @@
 """Pack files written directly: one ``.pack`` (version 2) and its ``.idx`` (version 2) per batch.
 
-Objects are kept uncompressed until the batch is written, then zlib-compressed on two threads; a
-tree can be stored as an offset delta against an earlier version of itself in the same pack (a
-one-entry change to a large directory then costs a few dozen bytes instead of the whole directory
-again). :meth:`PackBatch.write` writes the pack
-under a temporary name, then renames it into ``objects/pack`` with its index last: git and libgit2
-find packs through their ``.idx``, so a pack is either complete and visible or absent. Objects in a
-pack no ref reaches yet (after a kill at the wrong moment) are harmless and pruned by a later repack.
+Objects are kept as they come until the batch is written, then zlib-compressed (level 1: as
+small as level 6 for objects this size, and faster). A tree, or a memory's new content, can be
+stored as an offset delta against its previous version in the same pack: a one-entry change to a
+directory then costs a few dozen bytes instead of the whole directory again.
+:meth:`PackBatch.write` writes the pack under a temporary name, then renames it into
+``objects/pack`` with its index last: git and libgit2 find packs through their ``.idx``, so a pack
+is either complete and visible or absent. Objects in a pack no ref reaches yet (after a kill at the
+wrong moment) are harmless and pruned by a later repack.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import struct
 import subprocess
 import zlib
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,6 @@ _PACK_SIGNATURE = b"PACK"
 _IDX_SIGNATURE = b"\377tOc"
 _MAX_INSERT = 127
 _MAX_COPY = 0xFFFFFF
-_PARALLEL_CHUNK = 512
 
 
 def _type_and_size(type_code: int, size: int) -> bytes:
@@ -131,26 +130,11 @@ class _Packed:
     record: bytes  # type/size header (+ delta base offset) + compressed data
 
 
-def _compress_all(payloads: list[bytes], level: int, threads: int) -> list[bytes]:
-    """Compress every payload; on ``threads`` threads when there are many (zlib lets go of the GIL)."""
-    if threads < 2 or len(payloads) < 2 * _PARALLEL_CHUNK:
-        return [zlib.compress(payload, level) for payload in payloads]
-    chunks = [payloads[i : i + _PARALLEL_CHUNK] for i in range(0, len(payloads), _PARALLEL_CHUNK)]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        parts = pool.map(lambda chunk: [zlib.compress(payload, level) for payload in chunk], chunks)
-        return [compressed for part in parts for compressed in part]
-
-
 class PackBatch:
-    """Objects collected in memory and written as one pack by :meth:`write`.
+    """Objects collected in memory and written as one pack by :meth:`write`."""
 
-    Compression waits for :meth:`write`, which compresses the whole batch on two threads: most of
-    a commit's cost is zlib, and zlib runs outside the GIL.
-    """
-
-    def __init__(self, *, compression: int = 1, threads: int = 2) -> None:
+    def __init__(self, *, compression: int = 1) -> None:
         self._compression = compression
-        self._threads = threads
         # (oid, type code, payload, base oid): payload is the object, or a delta against the base.
         self._items: list[tuple[bytes, int, bytes, bytes | None]] = []
         self._known: set[bytes] = set()
@@ -198,7 +182,8 @@ class PackBatch:
         return True
 
     def _packed(self) -> list[_Packed]:
-        compressed = _compress_all([item[2] for item in self._items], self._compression, self._threads)
+        level = self._compression
+        compressed = [zlib.compress(item[2], level) for item in self._items]
         offsets: dict[bytes, int] = {}
         packed: list[_Packed] = []
         offset = 12  # after the pack header

@@ -17,9 +17,6 @@ from memsync.errors import MirrorError
 from memsync.mirror.objects import MODE_DIR, MODE_FILE, TREE, object_id, tree_sort_key
 from memsync.mirror.pack import PackBatch
 
-# Directories at least this large are stored as deltas against their previous version when possible.
-DELTA_MIN_BYTES = 2048
-
 FileEntry = tuple[bytes, bytes]  # (mode, raw oid)
 
 
@@ -32,7 +29,7 @@ class _Dir:
         self.order: list[bytes] = []  # git sort keys of the entries
         self.lines: dict[bytes, bytes] = {}  # sort key → serialised entry
         self.stale: set[bytes] = set()  # names whose serialised entry must be rebuilt
-        self.last_body: bytes | None = None  # kept for large directories only, as a delta base
+        self.last_body: bytes | None = None  # the last serialisation, a delta base for the next
         self.last_oid: bytes | None = None
 
 
@@ -166,7 +163,7 @@ class MutableTree:
         previous, previous_oid = node.last_body, node.last_oid
         if previous is None or previous_oid is None or not pack.add_delta(body, oid, previous, previous_oid):
             pack.add(TREE, body, oid)
-        node.last_body = body if len(body) >= DELTA_MIN_BYTES else None
+        node.last_body = body
         node.last_oid = oid
         node.oid = oid
         return oid
