@@ -358,6 +358,23 @@ def test_large_directories_are_stored_as_deltas(new_mirror: NewMirror) -> None:
     assert mirror.files(mirror.tip() or "")["flat/m299.md"] == blob_id(b"599\n")
 
 
+def test_a_new_version_of_a_memory_is_stored_as_a_delta(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    text = b"".join(b"line %d of a long memory\n" % i for i in range(2000))
+    edited = text.replace(b"line 1000 ", b"LINE 1000 (edited) ")
+    write(
+        mirror, [record(1, "mem_a", "created", "a.md", text), record(2, "mem_a", "updated", "a.md", edited)]
+    )
+    packs = [str(p) for p in (mirror.objects_dir / "pack").glob("pack-*.idx")]
+    verify = git(mirror.path, "verify-pack", "-v", *packs)
+    blob = blob_id(edited)
+    line = next(line for line in verify.splitlines() if line.startswith(blob))
+    assert line.split()[1] == "blob" and len(line.split()) == 7  # size, packed size, offset, depth, base
+    assert int(line.split()[3]) < 200  # a few dozen bytes instead of ~50 KB
+    assert git(mirror.path, "show", "refs/remotes/memstore/main:a.md").encode() == edited
+    fsck(mirror.path)
+
+
 def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     write(mirror, HISTORY[:2])
