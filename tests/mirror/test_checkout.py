@@ -180,3 +180,13 @@ def test_nothing_moves_while_head_is_off_main(new_mirror: NewMirror) -> None:
     assert mirror.ref_target(mirror.MAIN_REF) == first
     git(mirror.path, "checkout", "-q", "main")
     assert mirror.update_checkout().updated
+
+
+def test_a_global_ignore_file_cannot_hide_a_new_memory(new_mirror: NewMirror, tmp_path: Path) -> None:
+    mirror = new_mirror()
+    ignore = tmp_path / "global-ignore"
+    ignore.write_text("*.log\n")
+    git(mirror.path, "config", "core.excludesFile", str(ignore))
+    mirror = Mirror.open(mirror.path)  # opening restores the mirror's settings
+    (mirror.path / "diary.log").write_text("a new memory\n")
+    assert mirror.local_changes() == ("diary.log",)

@@ -75,6 +75,8 @@ _CONFIG: dict[str, str] = {
     "core.symlinks": "false",
     "core.ignorecase": "false",
     "core.precomposeunicode": "false",
+    # A global ignore file must not hide a new memory from the push (only info/exclude counts).
+    "core.excludesfile": "/dev/null",
     "remote.memstore.url": REMOTE_URL,
     "remote.memstore.pushurl": REMOTE_URL,
     "remote.memstore.fetch": "+refs/heads/main:refs/remotes/memstore/main",
