@@ -193,6 +193,15 @@ def test_open_conflict_blocks_every_row(key: tuple[str, str, str]) -> None:
     assert result.held == {P}
 
 
+def test_what_needs_the_users_attention() -> None:
+    # Told, not asked: a recreate or a restored remote version. Asked: conflicts, rejects, withholds.
+    assert not run(*snapshots(("b", "l", "-"))).needs_attention
+    assert not run(*snapshots(("b", "-", "r"))).needs_attention
+    assert run(*snapshots(("-", "l", "r"))).needs_attention
+    assert run(*snapshots(("b", "x", "b"))).needs_attention
+    assert run(*snapshots(("b", "b", "b")), open_conflicts=frozenset({P})).needs_attention
+
+
 def test_remote_recreated_with_same_content_updates_the_current_memory() -> None:
     # The remote deleted and recreated P with the base content: not a change, but a new id.
     result = run({P: entry("b", "mem_old")}, {P: local_entry("l")}, {P: entry("b", "mem_new")})
