@@ -129,3 +129,11 @@ def test_an_old_git_binary_is_named(
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(EnvironmentProblem, match=r"git 2\.25; memsync needs git 2\.30 or newer"):
         Mirror.init(tmp_path / "store")
+
+
+def test_pygit2_errors_arrive_as_mirror_errors(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    with pytest.raises(MirrorError, match="reading the tree of"):
+        mirror.files("0" * 40)
+    with pytest.raises(MirrorError, match="reading blob"):
+        mirror.read_blob("not-hex")

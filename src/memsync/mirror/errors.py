@@ -62,3 +62,6 @@ def translated(action: str) -> Iterator[None]:
         yield
     except pygit2.GitError as exc:
         raise MirrorError(f"{action}: {exc}") from exc
+    except (KeyError, ValueError) as exc:
+        # pygit2 answers a missing object with KeyError and a malformed id with ValueError.
+        raise MirrorError(f"{action}: {exc.args[0] if exc.args else type(exc).__name__}") from exc

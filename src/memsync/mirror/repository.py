@@ -33,6 +33,8 @@ from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_COMMITS,
     HistoryWriter,
     PathMap,
     iter_trailers,
@@ -327,10 +329,26 @@ class Mirror:
             raise MirrorError(f"{blob_id} is not a blob")
         return blob.data
 
-    def history_writer(self, **options: Any) -> HistoryWriter:
-        """A :class:`HistoryWriter` continuing ``memstore/main`` (see its options)."""
+    def history_writer(
+        self,
+        *,
+        batch_commits: int = DEFAULT_BATCH_COMMITS,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        compression: int = 1,
+        indexer: str = "python",
+    ) -> HistoryWriter:
+        """A :class:`HistoryWriter` continuing ``memstore/main``: one pack per ``batch_commits``
+        commits or ``batch_bytes`` of objects. ``compression`` (zlib level) and ``indexer``
+        (``"git"`` runs git index-pack) exist to measure those choices in the benchmark.
+        """
         self.consolidate_packs()
-        return HistoryWriter(self, **options)
+        return HistoryWriter(
+            self,
+            batch_commits=batch_commits,
+            batch_bytes=batch_bytes,
+            compression=compression,
+            indexer=indexer,
+        )
 
     def _path_map_at(self, tip: str | None) -> PathMap:
         if tip is None:
@@ -345,6 +363,8 @@ class Mirror:
             if data.get("format") == 1 and isinstance(data.get("paths"), dict):
                 cached_tip = data.get("tip")
                 paths = PathMap(data["paths"])
+                if len({memory for memory in data["paths"].values()}) != len(paths):
+                    raise ValueError("two paths owned by one memory: a damaged cache")
         except (OSError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
