@@ -497,3 +497,24 @@ def test_nothing_is_written_to_the_working_tree_during_import(new_mirror: NewMir
     mirror = new_mirror()
     write(mirror, HISTORY)
     assert sorted(os.listdir(mirror.path)) == [".git"]
+
+
+def test_leftovers_of_a_killed_writer_are_handled(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:1])
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = mirror.objects_dir / "pack" / f"tmp_pack_memsync_{int(gone.stdout)}_1"
+    alive = mirror.objects_dir / "pack" / f"tmp_pack_memsync_{os.getpid()}_2"
+    dead.write_bytes(b"PACK half written")
+    alive.write_bytes(b"PACK being written")
+    writer = mirror.history_writer()
+    assert not dead.exists() and alive.exists()
+    alive.unlink()
+    # A ref lock left by a killed git: the error says what to do.
+    lock = mirror.git_dir / "refs" / "remotes" / "memstore" / "main.lock"
+    lock.write_text("")
+    writer.add(HISTORY[1])
+    with pytest.raises(MirrorError, match="delete that file and run again"):
+        writer.flush()

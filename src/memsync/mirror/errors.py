@@ -60,7 +60,7 @@ def translated(action: str) -> Iterator[None]:
     """Turn pygit2's exceptions into :class:`MirrorError` naming ``action``."""
     try:
         yield
-    except pygit2.GitError as exc:
+    except (pygit2.GitError, OSError) as exc:
         raise MirrorError(f"{action}: {exc}") from exc
     except (KeyError, ValueError) as exc:
         # pygit2 answers a missing object with KeyError and a malformed id with ValueError.

@@ -258,9 +258,15 @@ class Mirror:
             ref.set_target(new, message)
         except pygit2.AlreadyExistsError:
             raise RefMoved(name, expected_old, self.ref_target(name)) from None
-        except pygit2.GitError as exc:
+        except (pygit2.GitError, OSError) as exc:  # pygit2 reports a held lock as an OSError
             if "does not match" in str(exc) or "modified" in str(exc):
                 raise RefMoved(name, expected_old, self.ref_target(name)) from None
+            lock = self.git_dir / f"{name}.lock"
+            if lock.exists():
+                raise MirrorError(
+                    f"cannot update {name}: {lock} exists. Another git process is updating it, or one "
+                    "was killed; if none is running, delete that file and run again"
+                ) from exc
             raise MirrorError(f"updating {name}: {exc}") from exc
 
     def delete_ref_if_equals(self, name: str, expected_old: str) -> None:
@@ -341,6 +347,7 @@ class Mirror:
         commits or ``batch_bytes`` of objects. ``compression`` (zlib level) and ``indexer``
         (``"git"`` runs git index-pack) exist to measure those choices in the benchmark.
         """
+        self._remove_stale_temporaries()
         self.consolidate_packs()
         return HistoryWriter(
             self,
@@ -437,6 +444,17 @@ class Mirror:
         return read_metadata(self, commit)
 
     # --- maintenance -----------------------------------------------------------------------------
+
+    def _remove_stale_temporaries(self) -> None:
+        """Delete pack files a killed memsync left half-written (their process is gone)."""
+        for temporary in (self.objects_dir / "pack").glob("tmp_*_memsync_*"):
+            try:
+                pid = int(temporary.name.split("_")[3])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                temporary.unlink(missing_ok=True)
+            except (ValueError, IndexError, PermissionError):
+                continue
 
     def pack_count(self) -> int:
         return len(list((self.objects_dir / "pack").glob("pack-*.pack")))
