@@ -198,9 +198,14 @@ def test_tombstone_and_redacted_content_is_never_kept() -> None:
     ],
 )
 def test_paths_that_break_the_dialect_rules_are_refused(wire: Wire, path: str) -> None:
-    raw = forward_version("memver_1", path=path)
+    # A version keeps its place in the listing (a pull stops just before it) but never its path.
+    version = wire.version(forward_version("memver_1", path=path, with_content=True))
+    assert version.path is None
+    assert version.path_problem is not None and "path rules" in version.path_problem
+    assert version.content is None and not version.has_content
+    # A memory at such a path is refused outright.
     with pytest.raises(InvalidResponse, match="path rules"):
-        wire.version(raw)
+        wire.memory({**forward_version("memver_1", path=path), "id": "mem_1", "type": "memory"})
 
 
 def test_a_git_segment_is_a_legal_path_and_left_to_the_mirror_to_encode() -> None:

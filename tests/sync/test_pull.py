@@ -211,7 +211,18 @@ def _tamper(db: Path, sql: str, *args: object) -> None:
         conn.execute(sql, args)
 
 
-def test_content_not_matching_its_hash_stops_just_before_it(server_factory: object, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("column", "forged"),
+    [
+        ("content", "forged\n"),
+        ("path", "../escape.md"),
+        ("path", "/etc/passwd"),
+        ("path", "a/../../.git/hooks/x"),
+    ],
+)
+def test_untrusted_version_stops_the_import_just_before_it(
+    server_factory: object, tmp_path: Path, column: str, forged: str
+) -> None:
     assert callable(server_factory)
     db = tmp_path / "tampered.sqlite3"
     proc = server_factory(db=db)
@@ -221,8 +232,7 @@ def test_content_not_matching_its_hash_stops_just_before_it(server_factory: obje
         bad = client.create_memory(store.id, "bad.md", "original\n")
         client.create_memory(store.id, "after.md", "later\n")
         bad_version = next(v for v in client.iter_versions(store.id) if v.memory_id == bad.id)
-        _tamper(db, "UPDATE versions SET content = ? WHERE id = ?", "forged\n", bad_version.id)
-        _tamper(db, "UPDATE memories SET content = ? WHERE id = ?", "forged\n", bad.id)
+        _tamper(db, f"UPDATE versions SET {column} = ? WHERE id = ?", forged, bad_version.id)
 
         report = pull_store(client, store, tmp_path / "m")
         assert not report.ok
@@ -233,6 +243,7 @@ def test_content_not_matching_its_hash_stops_just_before_it(server_factory: obje
         # The checkpoint stays just before it; nothing of it was written.
         assert len(commits(repo)) == 1
         assert "forged" not in json.dumps(files_at(repo, "memstore/main"))
+        assert not (tmp_path / "escape.md").exists() and not (repo / ".git" / "hooks" / "x").exists()
 
         skipped = pull_store(client, store, tmp_path / "m", skip_versions=frozenset({bad_version.id}))
         assert skipped.ok, skipped.error

@@ -127,6 +127,8 @@ class MemoryVersion(_Model):
     created_at: UtcDatetime
     created_by: Actor | None = None
     redacted_by: Actor | None = None
+    path_problem: str | None = None
+    """Why the API's path for this version was refused (``path`` is then None): never write it."""
 
     @property
     def order_key(self) -> tuple[datetime, str]:
@@ -136,7 +138,7 @@ class MemoryVersion(_Model):
     @property
     def has_content(self) -> bool:
         """Whether this version holds content the API can serve (not a tombstone, not redacted)."""
-        return self.operation is not Operation.DELETED and not self.redacted
+        return self.operation is not Operation.DELETED and not self.redacted and self.path_problem is None
 
 
 T = TypeVar("T")

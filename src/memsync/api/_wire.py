@@ -248,15 +248,25 @@ class Wire:
         raw_path = _first(raw, "path", "entry_path")
         if raw_path is None and not redacted:
             raise InvalidResponse(f"the API returned {what} without a path")
+        # A version with a hostile path is kept, with the path left out and the problem named, so a
+        # pull can stop just before it (and import everything older) instead of failing the listing.
+        path: str | None = None
+        path_problem: str | None = None
+        if raw_path is not None:
+            try:
+                path = self.path_in(raw_path, what)
+            except InvalidResponse as exc:
+                path_problem = str(exc)
         content = raw.get("content")
-        if redacted or operation is Operation.DELETED:
+        if path_problem is not None or redacted or operation is Operation.DELETED:
             # Content the API says is gone (redacted) or never was (tombstone) is not kept, whatever came.
             content = None
         fields = {
             "id": version_id,
             "store_id": check_id(_first(raw, "memory_store_id", "store_id"), f"{what} with store id"),
             "memory_id": check_id(_first(raw, "memory_id", "entry_id"), f"{what} with memory id"),
-            "path": None if raw_path is None else self.path_in(raw_path, what),
+            "path": path,
+            "path_problem": path_problem,
             "operation": operation,
             "content": content,
             "content_sha256": raw.get("content_sha256"),

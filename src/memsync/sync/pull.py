@@ -278,6 +278,8 @@ class _Importer:
             if version.id in self.skip_versions:
                 self._add(writer, version, None, skipped=True)
                 continue
+            if version.path_problem is not None:
+                return self._stop(version, version.path_problem)
             content: str | None = version.content
             current = version
             if version.id in fetch_ids:
