@@ -50,6 +50,8 @@ CASES = [
     ("git~1", "%67it~1"),
     ("GITMOD~1", "%47ITMOD~1"),
     ("gi7eba~1", "%67i7eba~1"),
+    ("maba30~2", "%6Daba30~2"),
+    ("draft~2.md", "draft~2.md"),  # only short names of special names are escaped
     (".g\u200cit", "%2Eg\u200cit"),
     ("\u200c.git", "%E2%80%8C.git"),
     ("\ufeff.gitmodules", "%EF%BB%BF.gitmodules"),

@@ -14,8 +14,9 @@ file ``100%.md`` is reported (with the suggestion ``100%25.md``), never guessed 
    name does. A segment is special when, after removing the code points HFS+ ignores and
    case-folding: it starts with ``.git`` (``.git``, ``.GIT``, ``.git.``, ``.git `` and
    ``.gitmodules``/``.gitattributes``/``.gitignore``/``.gitkeep``...), starts with ``.mailmap`` or
-   ``.lfsconfig`` (read by ``git log`` and git-lfs), looks like an NTFS 8.3 short name (1 to 6
-   characters, ``~`` and a digit: ``git~1``, ``gitmod~1``, ``gi7eba~1``), or is ``.``/``..`` (only a
+   ``.lfsconfig`` (read by ``git log`` and git-lfs), looks like an NTFS 8.3 short name of one of
+   those (``gi``, ``ma`` or ``lf`` and up to 4 more characters, ``~`` and a digit: ``git~1``,
+   ``gitmod~1``, ``gi7eba~1``, ``maba30~1``), or is ``.``/``..`` (only a
    continuation piece of a long segment can be, see 4).
 3. A file whose path is also a directory of another memory (``a`` beside ``a/b``, legal on
    Forward and Cloud) gets the reserved suffix ``%_``: ``a%_`` beside ``a/b``. This depends on the
@@ -61,7 +62,9 @@ HFS_IGNORABLE = frozenset(
 
 # Characters escaped wherever they appear: the escape character itself, backslash, and controls.
 _ALWAYS_ESCAPED = re.compile(r"[%\\\x00-\x1f\x7f-\x9f]")
-_NTFS_SHORT_NAME = re.compile(r"[^~]{1,6}~[0-9]")
+# NTFS 8.3 short names a special name can have: the first 6 letters (git~1, gitmod~1, mailma~1,
+# lfscon~1) or 2 letters and a 4-digit hash (gi7eba~1, maba30~1). Other names with ~N are left alone.
+_NTFS_SHORT_NAME = re.compile(r"(?:gi|ma|lf)[^~]{0,4}~[0-9]")
 _SPECIAL_PREFIXES = (".git", ".mailmap", ".lfsconfig")
 # Pieces of a tree component: an escape, a reserved marker, a stray '%', or a run of literals.
 _COMPONENT_TOKEN = re.compile(r"%[0-9A-F]{2}|%\+|%_|%|[^%]+")
