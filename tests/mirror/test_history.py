@@ -252,10 +252,17 @@ def test_content_is_reused_by_hash_without_being_passed_again(new_mirror: NewMir
     blob = mirror.blob_for_sha256(sha)
     assert blob == blob_id(b"shared\n")
     assert mirror.blob_for_sha256("0" * 64) is None
-    write(mirror, [record(2, "mem_b", "created", "b.md", None, sha=sha)])
+    with mirror.history_writer() as writer:
+        fresh = hashlib.sha256(b"fresh\n").hexdigest()
+        assert writer.has_content(sha) and not writer.has_content(fresh)
+        writer.add(record(2, "mem_b", "created", "b.md", None, sha=sha))
+        writer.add(record(3, "mem_c", "created", "c.md", b"fresh\n"))
+        assert writer.has_content(fresh)  # in the unflushed batch
+        writer.add(record(4, "mem_d", "created", "d.md", None, sha=fresh))
     assert mirror.files(mirror.tip() or "")["b.md"] == blob
+    assert mirror.files(mirror.tip() or "")["d.md"] == blob_id(b"fresh\n")
     with pytest.raises(MirrorError, match="no content with SHA-256"):
-        write(mirror, [record(3, "mem_c", "created", "c.md", None, sha="1" * 64)])
+        write(mirror, [record(5, "mem_e", "created", "e.md", None, sha="1" * 64)])
 
 
 def test_the_content_index_is_rebuilt_and_caught_up_from_history(new_mirror: NewMirror) -> None:

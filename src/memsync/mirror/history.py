@@ -254,6 +254,11 @@ class HistoryWriter:
         """``{memory_path: memory_id}`` after the last record added."""
         return self._paths.as_dict()
 
+    def has_content(self, sha256: str) -> bool:
+        """Whether a record with this ``content_sha256`` may leave ``content`` out: the mirror or the
+        unflushed batch already holds the content. Ask before fetching a version's content."""
+        return sha256 in self._new_content or self._mirror.blob_for_sha256(sha256) is not None
+
     def add(self, record: VersionRecord) -> str:
         """Write the commit for ``record``; its id. Flushes when the batch is full.
 
