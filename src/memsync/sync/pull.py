@@ -80,13 +80,16 @@ class PullReport:
     warnings: list[str] = field(default_factory=list)
     path: str = ""
 
+    code: int = EXIT_OK
+
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_FAILED
+        return self.code
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
         self.ok = False
         self.error = message
+        self.code = code
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,7 +154,8 @@ def pull_store(
             _update_checkout(mirror, report)
             report.tip = mirror.tip()
     except MemsyncError as exc:
-        report.fail(str(exc))
+        # The error's own exit code survives: a held lock is 75, a refused token 3 (design.md §4).
+        report.fail(str(exc), exc.exit_code)
     report.requests = client.request_count - before
     return report
 
