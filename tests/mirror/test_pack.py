@@ -47,14 +47,27 @@ def test_git_indexes_our_pack_to_the_same_bytes(tmp_path: Path) -> None:
     assert git(repo, "cat-file", "-p", previous[1].hex()).count("\n") == 40
 
 
-@settings(max_examples=40)
-@given(st.binary(max_size=3000), st.binary(max_size=3000), st.binary(max_size=3000))
-def test_a_delta_rebuilds_the_target(prefix: bytes, middle: bytes, suffix: bytes) -> None:
+@settings(max_examples=60)
+@given(
+    st.integers(0, 20_000),
+    st.integers(0, 20_000),
+    st.binary(max_size=300),
+    st.binary(max_size=300),
+    st.integers(0, 255),
+)
+def test_a_delta_rebuilds_the_target(
+    prefix_size: int, suffix_size: int, old: bytes, new: bytes, seed: int
+) -> None:
     # git applies the delta (in patch-delta.c's format); apply it here the same way to check it.
-    base = prefix + b"old" + suffix
-    target = prefix + middle + suffix
+    # Sizes go past the 4 KiB blocks of the prefix and suffix search.
+    filler = bytes((seed + i * 7) % 256 for i in range(256)) * (1 + max(prefix_size, suffix_size) // 256)
+    prefix, suffix = filler[:prefix_size], filler[::-1][:suffix_size]
+    base = prefix + old + suffix
+    target = prefix + new + suffix
     delta = make_delta(base, target)
     assert _apply(base, delta) == target
+    # The shared prefix and suffix are copied, never inserted: the delta is about the change's size.
+    assert len(delta) <= len(new) + len(new) // 127 + 32
 
 
 def _apply(base: bytes, delta: bytes) -> bytes:

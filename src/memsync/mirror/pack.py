@@ -29,6 +29,7 @@ _PACK_SIGNATURE = b"PACK"
 _IDX_SIGNATURE = b"\377tOc"
 _MAX_INSERT = 127
 _MAX_COPY = 0xFFFFFF
+_BLOCK = 4096
 
 
 def _type_and_size(type_code: int, size: int) -> bytes:
@@ -66,12 +67,38 @@ def _size_varint(size: int) -> bytes:
             return bytes(out)
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
-    # Binary search over slice comparisons: each comparison is a C memcmp.
-    low, high = 0, min(len(a), len(b))
+def _common_prefix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the common prefix of ``a`` and ``b``, at most ``limit``.
+
+    Whole 4 KiB blocks first, then a binary search inside the first block that differs: each
+    comparison is a C memcmp, and the bytes copied stay linear in the prefix length.
+    """
+    start = 0
+    while start + _BLOCK <= limit and a[start : start + _BLOCK] == b[start : start + _BLOCK]:
+        start += _BLOCK
+    low, high = start, min(start + _BLOCK, limit)
     while low < high:
         mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a[start:mid] == b[start:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the common suffix of ``a`` and ``b``, at most ``limit`` (the mirror of the above)."""
+    end_a, end_b = len(a), len(b)
+    done = 0
+    while (
+        done + _BLOCK <= limit
+        and a[end_a - done - _BLOCK : end_a - done] == b[end_b - done - _BLOCK : end_b - done]
+    ):
+        done += _BLOCK
+    low, high = done, min(done + _BLOCK, limit)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[end_a - mid : end_a - done] == b[end_b - mid : end_b - done]:
             low = mid
         else:
             high = mid - 1
@@ -100,9 +127,9 @@ def make_delta(base: bytes, target: bytes) -> bytes:
     Tree versions differ in one place (an entry added, removed or changed), which this captures
     exactly; it is not a general diff and does not try to be.
     """
-    prefix = _common_prefix(base, target)
-    max_suffix = min(len(base), len(target)) - prefix
-    suffix = _common_prefix(base[::-1][:max_suffix], target[::-1][:max_suffix])
+    shorter = min(len(base), len(target))
+    prefix = _common_prefix(base, target, shorter)
+    suffix = _common_suffix(base, target, shorter - prefix)
     ops = bytearray(_size_varint(len(base)) + _size_varint(len(target)))
     offset = 0
     while offset < prefix:
