@@ -1,0 +1,166 @@
+"""Which watched paths really changed: the checkout compared with what memsync last put there.
+
+A pull's checkout update, a merge memsync writes, a ``touch``, an editor's temporary file that is gone
+again by the end of the quiet period — none of these is an edit to push. After the quiet period each
+path is re-hashed (as a git blob id) and compared with the tree of ``refs/memsync/base`` (the commit
+the checkout was last reconciled with; ``main`` before the first reconcile): equal means nothing to do.
+A path that differs is requested once per content: if the same content shows up again (memsync
+rewriting the same conflict markers, a second ``touch``), the cycle already requested for it covers it.
+Untracked editor temporaries and git-ignored files never count.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import stat
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from memsync.errors import MemsyncError
+from memsync.mirror import Mirror, encode_paths
+
+log = logging.getLogger("memsync.daemon.watch")
+
+# The editor temporaries every mirror's .git/info/exclude lists (docs/mirror.md), plus other tools'
+# save-time files; they count only when untracked (a memory may have any name).
+TEMPORARY_PATTERNS = (
+    "*.swp",
+    "*.swo",
+    "*.swx",
+    "*~",
+    ".#*",
+    "#*#",
+    "4913",
+    ".*.kate-swp",
+    ".DS_Store",
+    "*___jb_tmp___",
+    "*___jb_old___",
+    ".goutputstream-*",
+)
+
+_SYMLINK = "symlink"  # a pseudo blob id: never equal to a base blob, so a symlink is reported once
+
+
+def blob_id(path: Path) -> str | None:
+    """The git blob id of the file at ``path`` (None if absent or a directory), without following links."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return _SYMLINK
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    digest = hashlib.sha1(usedforsecurity=False)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    digest.update(b"blob %d\0" % len(data))
+    digest.update(data)
+    return digest.hexdigest()
+
+
+def is_temporary(tree_path: str) -> bool:
+    name = PurePosixPath(tree_path).name
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TEMPORARY_PATTERNS)
+
+
+class CheckoutBaseline:
+    """The base tree of one checkout, and which of a set of paths differ from it."""
+
+    def __init__(self, checkout: Path) -> None:
+        self.checkout = checkout
+        self._mirror: Mirror | None = None
+        self._tree: tuple[str | None, dict[str, str]] = (None, {})
+        # Tree path -> the content (blob id, None: absent) a cycle was last requested for.
+        self._requested: dict[str, str | None] = {}
+
+    def close(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
+            self._mirror = None
+
+    def changed(self, tree_paths: Iterable[str]) -> list[str]:
+        """The paths among ``tree_paths`` whose content is an edit memsync has not been asked to handle."""
+        wanted = sorted(set(tree_paths))
+        try:
+            base = self._base_tree()
+        except MemsyncError as exc:
+            # Cannot tell: let the cycle look (it reports what is wrong with the mirror).
+            log.warning("cannot read the base of %s (%s); requesting a cycle", self.checkout, exc)
+            return wanted
+        candidates: dict[str, str | None] = {}
+        for tree_path in wanted:
+            current = blob_id(self.checkout / tree_path)
+            if current is None and os.path.isdir(self.checkout / tree_path):
+                # A directory appearing is its files appearing: they have their own events.
+                continue
+            if current == base.get(tree_path) and not (current is None and _has_files_under(base, tree_path)):
+                self._requested.pop(tree_path, None)
+                continue
+            if current is None and tree_path not in base and not _has_files_under(base, tree_path):
+                self._requested.pop(tree_path, None)  # a temporary that came and went
+                continue
+            if tree_path in self._requested and self._requested[tree_path] == current:
+                continue
+            if tree_path not in base and is_temporary(tree_path):
+                continue
+            candidates[tree_path] = current
+        ignored = self._ignored([p for p in candidates if p not in base])
+        changed = [p for p in candidates if p not in ignored]
+        for tree_path in changed:
+            self._requested[tree_path] = candidates[tree_path]
+        return changed
+
+    def _base_tree(self) -> dict[str, str]:
+        """``{tree path: blob id}`` of the base commit, cached per commit."""
+        if self._mirror is None:
+            self._mirror = Mirror.open(self.checkout)
+        mirror = self._mirror
+        commit = mirror.ref_target(Mirror.BASE_REF) or mirror.ref_target(Mirror.MAIN_REF)
+        if commit == self._tree[0]:
+            return self._tree[1]
+        if commit is None:
+            tree: dict[str, str] = {}
+        else:
+            try:
+                files = mirror.files(commit)
+            except MemsyncError:
+                # The pack this handle knew may have been consolidated away: one fresh look.
+                mirror.close()
+                self._mirror = mirror = Mirror.open(self.checkout)
+                files = mirror.files(commit)
+            encoded = encode_paths(files)
+            tree = {encoded[memory_path]: blob for memory_path, blob in files.items()}
+        self._tree = (commit, tree)
+        return tree
+
+    def _ignored(self, tree_paths: list[str]) -> set[str]:
+        """The paths git ignores (info/exclude, the user's excludes file): ``git check-ignore``."""
+        if not tree_paths:
+            return set()
+        try:
+            result = subprocess.run(
+                ["git", "-C", str(self.checkout), "check-ignore", "--stdin", "-z"],
+                input="\0".join(tree_paths).encode("utf-8", "surrogateescape") + b"\0",
+                capture_output=True,
+                check=False,
+                timeout=30,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning("git check-ignore failed in %s: %s", self.checkout, exc)
+            return set()
+        if result.returncode not in (0, 1):  # 1: nothing ignored
+            return set()
+        return {p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p}
+
+
+def _has_files_under(tree: dict[str, str], tree_path: str) -> bool:
+    prefix = tree_path.rstrip("/") + "/"
+    return any(path.startswith(prefix) for path in tree)
