@@ -44,7 +44,7 @@ from memsync.crashpoints import crash_point
 from memsync.engine.importing import Checkpoint, author_for, newer_than_checkpoint
 from memsync.engine.spool import ReverseSpool
 from memsync.errors import EXIT_FAILED, EXIT_OK, MemsyncError, UnsafeInput
-from memsync.mirror import ImportedVersion, Mirror, VersionRecord, escape_for_terminal
+from memsync.mirror import HistoryWriter, ImportedVersion, Mirror, VersionRecord, escape_for_terminal
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 
@@ -177,8 +177,6 @@ class _Importer:
         self.skip_versions = skip_versions
         self.progress = progress
         self.changed = False
-        # Hashes of contents written in this run: the mirror's index learns them only at a flush.
-        self.written: set[str] = set()
 
     # --- choosing what to import -----------------------------------------------------------------
 
@@ -269,7 +267,7 @@ class _Importer:
             # Whatever was written before a stop is a valid checkpoint: keep it.
             writer.flush()
 
-    def _write_segment(self, writer: Any, segment: list[MemoryVersion]) -> bool:
+    def _write_segment(self, writer: HistoryWriter, segment: list[MemoryVersion]) -> bool:
         wanted: set[str] = set()
         to_fetch: list[MemoryVersion] = []
         for version in segment:
@@ -301,13 +299,13 @@ class _Importer:
                 return self._stop(version, str(exc))
         return True
 
-    def _needs_fetch(self, version: MemoryVersion, writer: Any, wanted: set[str]) -> bool:
+    def _needs_fetch(self, version: MemoryVersion, writer: HistoryWriter, wanted: set[str]) -> bool:
         if version.content is not None or not version.has_content or version.id in self.skip_versions:
             return False
         sha = version.content_sha256
         if sha is None:
             return True
-        return sha not in wanted and sha not in self.written and self.mirror.blob_for_sha256(sha) is None
+        return sha not in wanted and not writer.has_content(sha)
 
     def _current_content_of_redacted(self, version: MemoryVersion) -> str | None:
         """A redacted version's content is gone, unless it is what the live memory still holds.
@@ -326,7 +324,7 @@ class _Importer:
         return None
 
     def _add(
-        self, writer: Any, version: MemoryVersion, content: str | None, *, skipped: bool = False
+        self, writer: HistoryWriter, version: MemoryVersion, content: str | None, *, skipped: bool = False
     ) -> None:
         actor = version.created_by
         name, email = author_for(
@@ -350,8 +348,6 @@ class _Importer:
         )
         self.changed = True
         crash_point("pull.version")
-        if content is not None and version.content_sha256 is not None:
-            self.written.add(version.content_sha256)
         if skipped:
             self.report.skipped.append(version.id)
         else:
