@@ -278,6 +278,34 @@ def demo(ctx: click.Context, directory: Path) -> None:
     ctx.exit(run_demo(directory))
 
 
+@cli.command()
+@click.option("--once", is_flag=True, help="Run one cycle per store, then exit with its status.")
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Pause a store after this many failed cycles in a row (default: daemon.max_failures).",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --once: print one JSON object.")
+@click.pass_context
+def daemon(ctx: click.Context, once: bool, max_failures: int | None, as_json: bool) -> None:
+    """Keep the selected stores in sync: scheduled pulls, pushes on save, /healthz and /metrics.
+
+    Stops on SIGTERM or SIGINT after the cycle in flight (within daemon.shutdown_deadline), exit 0;
+    exits 1 only when every store is paused; 75 when another daemon serves the same mirror root.
+    """
+    from memsync.daemon import run_daemon, run_once
+
+    if as_json and not once:
+        raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
+    config = _load_config(ctx)
+    if once:
+        reports, code = run_once(config)
+        _emit(reports, as_json, _describe_pull)
+        ctx.exit(code)
+    ctx.exit(run_daemon(config, max_failures=max_failures))
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -8,6 +8,7 @@ Errors name the key and the fix; the token itself never appears in one.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import os
 import stat
 import tomllib
@@ -92,6 +93,27 @@ class PushConfig(_Section):
 
 class DaemonHttpConfig(_Section):
     listen: str | None = None  # "127.0.0.1:9465"; off when unset
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, value: str | None) -> str | None:
+        # /metrics names the stores: serve it on loopback only (a proxy can publish it on purpose).
+        if value is None:
+            return None
+        host, sep, port = value.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f'{value!r} is not host:port, e.g. "127.0.0.1:9465"')
+        if host != "localhost":
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ValueError(
+                    f'{value!r} is not a loopback address; use e.g. "127.0.0.1:9465" or "[::1]:9465"'
+                )
+        return value
 
 
 class DaemonConfig(_Section):

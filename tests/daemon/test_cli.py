@@ -1,0 +1,239 @@
+"""``memsync daemon`` as a subprocess against the real reference server: --once exit codes, one
+daemon per mirror root, SIGTERM/SIGINT, and a remote write reaching the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from memsync.api import Client, Store
+from memsync.daemon import read_state
+from memsync.sync.pull import store_lock
+from tests.daemon.conftest import wait_for
+from tests.support.server import ServerProcess
+
+TOKEN_ENV = "MEMSYNC_DAEMON_TEST_TOKEN"
+DEFAULT_LOG = 'level = "info"'
+
+
+def write_config(
+    tmp_path: Path, server: ServerProcess, store: Store, *, extra: str = "", log: str = ""
+) -> Path:
+    config = tmp_path / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_env = "{TOKEN_ENV}"\n'
+        f'[mirror]\nroot = "mirrors"\n[stores]\ninclude = ["{store.id}"]\n'
+        f'[daemon]\ninterval = "500ms"\njitter = "0s"\nshutdown_deadline = "10s"\n{extra}\n'
+        f"[log]\n{log or DEFAULT_LOG}\n"
+    )
+    return config
+
+
+def run(config: Path, *args: str, token: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsync", "--config", str(config), "daemon", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, TOKEN_ENV: token},
+        timeout=60,
+    )
+
+
+@dataclass
+class DaemonProcess:
+    """A running ``memsync daemon`` whose stderr is collected line by line."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, config: Path, token: str) -> DaemonProcess:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memsync", "--config", str(config), "daemon"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"},
+        )
+        daemon = cls(process)
+        threading.Thread(target=daemon._pump, daemon=True).start()
+        wait_for(lambda: daemon.logged("daemon started") or daemon.exited(), what="the daemon to start")
+        assert process.poll() is None, daemon.log()
+        return daemon
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def logged(self, text: str) -> str | None:
+        return next((line for line in list(self.lines) if text in line), None)
+
+    def exited(self) -> bool:
+        return self.process.poll() is not None
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+@pytest.fixture
+def store(client: Client) -> Store:
+    made = client.create_store(f"cli-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+    client.create_memory(made.id, "notes/a.md", "one\n")
+    return made
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProcess]]:
+    started: list[DaemonProcess] = []
+    yield started
+    for daemon in started:
+        if not daemon.exited():
+            daemon.process.kill()
+            daemon.process.wait()
+
+
+# --- --once ---------------------------------------------------------------------------------------
+
+
+def test_once_pulls_every_store_and_exits_0_with_json_logs_free_of_the_token(
+    tmp_path: Path, server: ServerProcess, store: Store
+) -> None:
+    config = write_config(tmp_path, server, store, log='format = "json"\nlevel = "debug"')
+    result = run(config, "--once", "--json", token=server.token)
+    assert result.returncode == 0, result.stderr
+    entry = json.loads(result.stdout)["stores"][0]
+    assert entry["id"] == store.id and entry["ok"] and entry["imported"] == 1
+    assert (tmp_path / "mirrors" / store.id / "notes" / "a.md").read_text() == "one\n"
+    logs = [json.loads(line) for line in result.stderr.splitlines()]
+    assert any(e["logger"] == "httpx" for e in logs)  # debug: every request is logged...
+    assert server.token not in result.stderr  # ...and the token never is
+    state = read_state(tmp_path / "mirrors" / store.id)
+    assert state is not None and state.status == "stopped" and state.last_cycle is not None
+    assert state.last_cycle.triggers == ["once"] and state.last_success is not None
+
+
+def test_once_exits_75_when_the_store_lock_is_held(
+    tmp_path: Path, server: ServerProcess, store: Store
+) -> None:
+    config = write_config(tmp_path, server, store)
+    with store_lock(tmp_path / "mirrors", store.id):
+        result = run(config, "--once", token=server.token)
+    assert result.returncode == 75, result.stderr
+    assert "try again" in result.stdout
+
+
+def test_once_exits_1_when_a_store_fails(tmp_path: Path, server: ServerProcess, store: Store) -> None:
+    config = write_config(tmp_path, server, store)
+    # Something that is not a mirror where the store's mirror belongs: memsync refuses to touch it.
+    squatter = tmp_path / "mirrors" / store.id
+    squatter.mkdir(parents=True)
+    (squatter / "precious.txt").write_text("not a mirror\n")
+    result = run(config, "--once", "--json", token=server.token)
+    assert result.returncode == 1, result.stderr
+    entry = json.loads(result.stdout)["stores"][0]
+    assert not entry["ok"] and "not an empty directory" in entry["error"]
+
+
+def test_once_exits_3_when_the_token_is_refused(tmp_path: Path, server: ServerProcess, store: Store) -> None:
+    config = write_config(tmp_path, server, store)
+    result = run(config, "--once", token="refused-token-123456")
+    assert result.returncode == 3, result.stderr
+    assert "refused-token-123456" not in result.stderr + result.stdout
+
+
+def test_a_non_loopback_listen_address_is_a_config_error(
+    tmp_path: Path, server: ServerProcess, store: Store
+) -> None:
+    config = write_config(tmp_path, server, store, extra='[daemon.http]\nlisten = "0.0.0.0:9465"')
+    result = run(config, "--once", token=server.token)
+    assert result.returncode == 2
+    assert "daemon.http.listen" in result.stderr and "loopback" in result.stderr
+
+
+# --- the long-running daemon ----------------------------------------------------------------------
+
+
+def test_a_remote_write_reaches_the_checkout_and_a_second_daemon_exits_75(
+    tmp_path: Path, server: ServerProcess, client: Client, store: Store, daemons: list[DaemonProcess]
+) -> None:
+    config = write_config(tmp_path, server, store, extra='[daemon.http]\nlisten = "127.0.0.1:0"')
+    daemon = DaemonProcess.start(config, server.token)
+    daemons.append(daemon)
+    checkout = tmp_path / "mirrors" / store.id
+    wait_for(lambda: (checkout / "notes" / "a.md").exists(), what="the first cycle's checkout")
+
+    client.create_memory(store.id, "remote/b.md", "written remotely\n")
+    wait_for(lambda: (checkout / "remote" / "b.md").exists(), what="the remote write in the checkout")
+    assert (checkout / "remote" / "b.md").read_text() == "written remotely\n"
+
+    serving = daemon.logged("serving /healthz")
+    assert serving is not None
+    address = re.search(r"http://(\S+)", serving).group(1)  # type: ignore[union-attr]
+    with urllib.request.urlopen(f"http://{address}/healthz", timeout=5) as answer:
+        assert answer.status == 200
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+        assert f'memsync_versions_imported_total{{store="{store.id}"}} 2.0' in answer.read().decode()
+
+    # A save in the checkout requests a cycle.
+    (checkout / "notes" / "a.md").write_text("edited locally\n")
+    wait_for(lambda: daemon.logged(f"local change in {store.id}: notes/a.md"), what="the save to be noticed")
+
+    second = run(config, token=server.token)
+    assert second.returncode == 75
+    assert "another memsync daemon is already running" in second.stderr
+
+    assert daemon.stop() == 0, daemon.log()
+    state = read_state(checkout)
+    assert state is not None and state.status == "stopped" and state.daemon_pid == daemon.process.pid
+    assert server.token not in daemon.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_lets_the_cycle_in_flight_finish_and_exits_0_within_the_deadline(
+    tmp_path: Path,
+    server: ServerProcess,
+    client: Client,
+    store: Store,
+    daemons: list[DaemonProcess],
+    sig: int,
+) -> None:
+    # Enough versions that the first import is likely still running when the signal lands.
+    for i in range(40):
+        client.create_memory(store.id, f"bulk/{i:02}.md", f"memory {i}\n")
+    config = write_config(tmp_path, server, store, extra="")
+    config.write_text(config.read_text().replace('shutdown_deadline = "10s"', 'shutdown_deadline = "5s"'))
+    daemon = DaemonProcess.start(config, server.token)
+    daemons.append(daemon)
+    started = time.monotonic()
+    assert daemon.stop(sig) == 0, daemon.log()
+    assert time.monotonic() - started < 5 + 3  # the deadline, plus the interpreter's exit
+    assert daemon.logged(f"{signal.Signals(sig).name} received")
+    assert daemon.logged("daemon stopped")
+    # Whatever the cycle in flight did, it finished cleanly: the mirror is sound and resumes.
+    result = run(config, "--once", token=server.token)
+    assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "mirrors" / store.id / "bulk").iterdir())) == 40
