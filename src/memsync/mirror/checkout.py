@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pygit2
 from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 
+from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 
@@ -138,7 +139,9 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
             return CheckoutUpdate(
                 updated=False, tip=tip, local_changes=tuple(sorted(pending)), reason="files are in the way"
             )
+        crash_point("checkout.tree_written")
         mirror.set_ref_if_equals(mirror.MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
+        crash_point("checkout.main_moved")
     if base != tip:
         mirror.set_ref_if_equals(mirror.BASE_REF, tip, base, message="memsync: checkout reconciled")
     return CheckoutUpdate(updated=True, tip=tip)

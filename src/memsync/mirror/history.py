@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pygit2
 
+from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved
 from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
@@ -333,6 +334,7 @@ class HistoryWriter:
             return self.tip
         tip = self._parent.hex()
         self._batch.write(self._mirror.objects_dir, indexer=self._indexer)
+        crash_point("mirror.pack_written")
         try:
             self._mirror.set_ref_if_equals(
                 self._ref, tip, self._expected, message=f"memsync: import {self._pending} versions"
@@ -340,6 +342,7 @@ class HistoryWriter:
         except RefMoved as exc:
             self._broken = str(exc)
             raise
+        crash_point("mirror.ref_moved")
         self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         self._expected = tip
         self._batch = PackBatch(compression=self._compression)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 
 OFS_DELTA = 6
@@ -265,6 +266,7 @@ class PackBatch:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp_pack, final)
+        crash_point("mirror.pack_renamed")
         os.replace(tmp_idx, index)
         return final
 
