@@ -613,6 +613,7 @@ class Daemon:
         last = record.last_cycle
         if last is not None:
             extra["duration_s"] = round((last.finished_at - last.started_at).total_seconds(), 3)
+            extra["trigger"] = ",".join(last.triggers)
         if result.outcome is Outcome.LOCKED:
             log.info("%s: another memsync holds the store lock; trying again shortly", store_id, extra=extra)
         elif result.outcome is Outcome.ERROR:

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ from memsync.daemon._baseline import CheckoutBaseline
 from memsync.daemon._debounce import Debouncer
 
 log = logging.getLogger("memsync.daemon.watch")
+
+# watchdog adds the watch of a directory made by `mkdir -p` twice (once walking its parent, once on
+# its own creation event) and warns that it replaced the first: harmless, and noise in our output.
+warnings.filterwarnings("ignore", message=r"Callback with id .* already exists", category=RuntimeWarning)
 
 # The events a save can consist of. Leaving out opens and read-only closes keeps memsync's own reads
 # (and libgit2's, inside .git) from waking anything; attribute-only changes (touch) arrive as
