@@ -96,7 +96,40 @@ def local_changes(mirror: Mirror) -> tuple[str, ...]:
                 for delta in old.diff_to_tree(repo[head].peel(pygit2.Tree)).deltas:
                     changed.add(delta.old_file.path)
                     changed.add(delta.new_file.path)
+    if changed and _left_at_tip(mirror, head):
+        return ()
     return tuple(sorted(changed))
+
+
+_WORKTREE_CHANGES = (
+    FileStatus.WT_NEW
+    | FileStatus.WT_MODIFIED
+    | FileStatus.WT_DELETED
+    | FileStatus.WT_TYPECHANGE
+    | FileStatus.WT_RENAMED
+    | FileStatus.WT_UNREADABLE
+    | FileStatus.CONFLICTED
+)
+
+
+def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
+    """Whether index and working tree are exactly the imported tip, with main behind it.
+
+    That is what a kill leaves between :func:`update_checkout` writing the tip's tree and moving
+    ``main`` and the base: nothing of it is the user's, and reporting it as local changes would
+    keep the checkout from ever reaching the tip again.
+    """
+    repo = mirror._repo
+    tip = mirror.tip()
+    if tip is None or (head is not None and not mirror._is_ancestor(head, tip)):
+        return False
+    with translated("comparing the checkout with the imported tip"):
+        index = repo.index
+        index.read()
+        if len(index.diff_to_tree(repo[tip].peel(pygit2.Tree))) != 0:
+            return False
+        statuses = repo.status(untracked_files="all", ignored=False).values()
+    return not any(flags & _WORKTREE_CHANGES for flags in statuses)
 
 
 def update_checkout(mirror: Mirror) -> CheckoutUpdate:
@@ -134,11 +167,16 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
             # A file appeared in the way after the status was read (libgit2 checks every conflict
-            # before writing anything, so nothing was touched): report it, move nothing.
-            pending = set(local_changes(mirror)) | set(conflicts.paths)
-            return CheckoutUpdate(
-                updated=False, tip=tip, local_changes=tuple(sorted(pending)), reason="files are in the way"
-            )
+            # before writing anything, so nothing was touched): report it, move nothing. Unless
+            # the files in the way are the tip's own, written by a run killed before moving main.
+            if not _left_at_tip(mirror, head):
+                pending = set(local_changes(mirror)) | set(conflicts.paths)
+                return CheckoutUpdate(
+                    updated=False,
+                    tip=tip,
+                    local_changes=tuple(sorted(pending)),
+                    reason="files are in the way",
+                )
         crash_point("checkout.tree_written")
         mirror.set_ref_if_equals(mirror.MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
         crash_point("checkout.main_moved")
