@@ -1,0 +1,801 @@
+"""Rewriting a mirror after a redaction, so the redacted content is in no object of the repository.
+
+design.md §2, "Redaction propagates": the commits from the first redacted version on are derived
+again by the deterministic :class:`HistoryWriter`, from the parent of the first affected commit,
+with the redacted versions now recorded as redacted. The result has the commit ids a fresh import
+made after the redaction would have. Everything else that points into the old history follows:
+
+* ``main`` (the user's checkout), ``refs/memsync/base``, conflict records and any other ref under
+  ``refs/memsync/``, other branches, ``ORIG_HEAD`` and friends, and every stash entry: a commit of
+  the old history maps to its new commit; a commit made on top of it (unpushed local work) is made
+  again on the new parent, keeping the files it changed and taking the rewritten content for the
+  files it did not touch;
+* the index and the working tree: a file the user did not touch takes its new content (or goes);
+  a file the user changed is kept as it is;
+* reflogs are expired (the stash's own log is rewritten to the new commits, so no stash is lost),
+  unreachable objects are pruned (``git gc --prune=now``), and the caches under ``.git/memsync/``
+  that name old commits are dropped (they are rebuilt from history).
+
+A blob that a version which is not redacted also uses stays (it is that version's content too).
+Unpushed work that itself contains the redacted bytes stays and is reported: it is the user's.
+
+The steps are ordered so that a kill at any point is finished by the next full scan: the new
+history is written on a private ref, the other refs and the checkout follow, ``memstore/main`` moves
+last, and a small ``rewrite-pending`` file names what still has to be pruned until pruning is done.
+Old commit ids that were replaced are appended to ``.git/memsync/superseded``: the next backup may
+force-update a remote ref only from one of those (``memsync backup``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from memsync.crashpoints import crash_point
+from memsync.errors import MirrorError
+from memsync.mirror.errors import translated
+from memsync.mirror.gitbinary import run_git
+from memsync.mirror.history import HistoryWriter, VersionRecord, apply_trailers
+from memsync.mirror.pack import PackBatch
+from memsync.mirror.paths import encode_path, quote_for_message, unquote_from_message
+from memsync.mirror.trailers import Trailers, parse_message
+from memsync.mirror.tree import MutableTree
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+# The new history is written here first; memstore/main moves to it only once everything else followed.
+# Outside refs/memsync/ on purpose: backups push refs/memsync/*, and this ref is never worth pushing.
+WORK_REF = "refs/memsync-rewrite/memstore"
+STASH_REF = "refs/stash"
+SUPERSEDED_FILE = "superseded"
+PENDING_FILE = "rewrite-pending"
+# Caches that name commits of the old history; both are rebuilt from history when missing.
+CACHE_FILES = ("paths.json", "content-index")
+# Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
+PSEUDO_REFS = ("ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "FETCH_HEAD", "AUTO_MERGE")
+_HEX40 = re.compile(rb"\b[0-9a-f]{40}\b")
+
+
+@dataclass(frozen=True, slots=True)
+class KeptContent:
+    """Redacted content memsync left in place because it is the user's unpushed work."""
+
+    where: str  # "working tree", "index", a ref name, or a file under .git/memsync/
+    path: str | None  # the working-tree path concerned, when there is one
+    blob: str | None
+
+    def describe(self) -> str:
+        parts = [self.where]
+        if self.path is not None:
+            parts.append(self.path)
+        return ": ".join(parts)
+
+
+@dataclass(frozen=True)
+class RewriteReport:
+    """What a rewrite did. ``commits`` of ``memstore/main`` were derived again from ``first_commit``
+    (its old id) on; ``refs`` are the other refs that moved; ``removed`` are the redacted blobs no
+    object holds any more, ``shared`` those kept because a version that is not redacted has the same
+    content, ``kept`` redacted content left in unpushed work; ``remaining`` blobs that are still in
+    the repository for a reason memsync could not name (an error: the output says so)."""
+
+    versions: tuple[str, ...]
+    first_commit: str | None
+    old_tip: str | None
+    new_tip: str | None
+    commits: int
+    refs: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+    kept: tuple[KeptContent, ...] = ()
+    remaining: tuple[str, ...] = ()
+    pruned: bool = False
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "versions": list(self.versions),
+            "first_commit": self.first_commit,
+            "old_tip": self.old_tip,
+            "new_tip": self.new_tip,
+            "commits": self.commits,
+            "refs": list(self.refs),
+            "removed": list(self.removed),
+            "shared": list(self.shared),
+            "kept": [{"where": k.where, "path": k.path, "blob": k.blob} for k in self.kept],
+            "remaining": list(self.remaining),
+            "pruned": self.pruned,
+            "warnings": list(self.warnings),
+        }
+
+    def summary(self) -> str:
+        """One line for the user: what was rewritten and what stays."""
+        text = (
+            f"redaction: rewrote {self.commits} commit(s) of memstore/main from {self.first_commit or '-'}"
+            f" ({len(self.versions)} version(s) redacted since import); {len(self.removed)} redacted"
+            f" content(s) removed from every object"
+        )
+        if self.refs:
+            text += f"; moved {', '.join(self.refs)}"
+        if self.shared:
+            text += f"; {len(self.shared)} kept as the content of a version that is not redacted"
+        if self.kept:
+            text += f"; kept in your unpushed work: {', '.join(k.describe() for k in self.kept)}"
+        return text
+
+
+@dataclass
+class _Pending:
+    """What an interrupted rewrite still owes: blobs to prune and the version ids concerned."""
+
+    versions: list[str] = field(default_factory=list)
+    blobs: dict[str, str] = field(default_factory=dict)  # redacted blob id → its content's SHA-256
+
+    @classmethod
+    def load(cls, path: Path) -> _Pending | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise MirrorError(
+                f"{path} is damaged ({exc}); it names redacted content still to be pruned. Run "
+                "`git reflog expire --expire=now --all && git gc --prune=now` in the mirror, then delete it"
+            ) from None
+        return cls(versions=list(data.get("versions", [])), blobs=dict(data.get("blobs", {})))
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"versions": self.versions, "blobs": self.blobs}, indent=1), encoding="utf-8"
+        )
+        os.replace(tmp, path)
+
+
+def superseded_commits(mirror: Mirror) -> set[str]:
+    """Old commit ids that a redaction rewrite replaced (a backup may force-update a ref from these)."""
+    try:
+        text = (mirror.state_dir / SUPERSEDED_FILE).read_text(encoding="ascii")
+    except FileNotFoundError:
+        return set()
+    return {line for line in text.split() if len(line) == 40}
+
+
+def rewrite_pending(mirror: Mirror) -> bool:
+    """Whether an interrupted rewrite still has redacted content to prune."""
+    return (mirror.state_dir / PENDING_FILE).exists()
+
+
+def rewrite_redacted(mirror: Mirror, records: Iterable[VersionRecord]) -> RewriteReport | None:
+    """Rewrite the mirror so the versions of ``records`` are redacted in it (see the module docstring).
+
+    ``records`` are the redacted versions exactly as a fresh import would add them (content None, or
+    the live memory's current content when the API still serves it under the kept hash). Versions the
+    history does not hold are ignored. Returns None when there was nothing to do; also finishes the
+    pruning an interrupted rewrite left pending. The caller holds the store's lock.
+    """
+    replacements = {record.version_id: record for record in records}
+    pending_file = mirror.state_dir / PENDING_FILE
+    pending = _Pending.load(pending_file)
+    history = _History.read(mirror)
+    # A commit that already records its version as redacted was written from a redacted version.
+    affected = [
+        i
+        for i, old in enumerate(history.commits)
+        if old.trailers.version_id in replacements and not old.trailers.redacted
+    ]
+    if not affected and pending is None:
+        return None
+    pending = pending or _Pending()
+    old_tip = mirror.tip()
+    new_tip = old_tip
+    first_commit: str | None = None
+    mapping: dict[str, str] = {}
+    commits = 0
+    if affected:
+        start = affected[0]
+        first_commit = history.commits[start].id
+        for index in affected:
+            version = history.commits[index].trailers.version_id
+            if version not in pending.versions:
+                pending.versions.append(version)
+            for blob in _written_blob(mirror, history.commits[index]):
+                pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
+        # Written before anything changes: from here on, a kill leaves a note of what to prune.
+        pending.save(pending_file)
+        new_tip, mapping = _derive(mirror, history, start, replacements)
+        commits = len(history.commits) - start
+        crash_point("rewrite.history_written")
+    carried = _Carrier(mirror, mapping)
+    refs, kept, warnings = carried.carry_everything(pending)
+    crash_point("rewrite.refs_carried")
+    if mapping:
+        _append_superseded(mirror, {**mapping, **carried.replaced})
+        assert new_tip is not None
+        if new_tip != old_tip:
+            mirror.set_ref_if_equals(
+                mirror.MEMSTORE_REF, new_tip, old_tip, message="memsync: history rewritten after a redaction"
+            )
+        mirror.delete_ref_if_equals(WORK_REF, new_tip)
+        crash_point("rewrite.tip_moved")
+    elif carried.replaced:
+        _append_superseded(mirror, carried.replaced)
+    _prune(mirror)
+    crash_point("rewrite.pruned")
+    shared_hashes = _contents_in_history(mirror)
+    removed: list[str] = []
+    shared: list[str] = []
+    remaining: list[str] = []
+    kept_blobs = {k.blob for k in kept if k.blob is not None}
+    with translated("checking the redacted contents are gone"):
+        odb = mirror._repo.odb
+        for blob, sha in sorted(pending.blobs.items()):
+            if not odb.exists(blob):
+                removed.append(blob)
+            elif sha in shared_hashes:
+                shared.append(blob)
+            elif blob not in kept_blobs:
+                remaining.append(blob)
+    kept.extend(_scan_state_files(mirror, carried.redacted_contents()))
+    if remaining:
+        warnings.append(
+            f"{len(remaining)} redacted content(s) are still in the repository and memsync cannot tell"
+            f" why ({', '.join(remaining)}); find them with `git rev-list --all --objects` and"
+            " `git fsck --unreachable`"
+        )
+    else:
+        pending_file.unlink(missing_ok=True)
+    return RewriteReport(
+        versions=tuple(pending.versions),
+        first_commit=first_commit,
+        old_tip=old_tip,
+        new_tip=mirror.tip(),
+        commits=commits,
+        refs=tuple(refs),
+        removed=tuple(removed),
+        shared=tuple(shared),
+        kept=tuple(kept),
+        remaining=tuple(remaining),
+        pruned=True,
+        warnings=tuple(warnings),
+    )
+
+
+# --- reading the old history ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _OldCommit:
+    id: str
+    trailers: Trailers
+    summary: str
+    author_name: str
+    author_email: str
+
+
+@dataclass
+class _History:
+    commits: list[_OldCommit]  # oldest first
+
+    @classmethod
+    def read(cls, mirror: Mirror) -> _History:
+        tip = mirror.tip()
+        if tip is None:
+            return cls([])
+        found: list[_OldCommit] = []
+        with translated("reading the imported history"):
+            walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+            for commit in walker:
+                commit_id = str(commit.id)
+                message = commit.message
+                found.append(
+                    _OldCommit(
+                        id=commit_id,
+                        trailers=parse_message(message, commit_id),
+                        summary=message.split("\n", 1)[0],
+                        author_name=commit.author.name,
+                        author_email=commit.author.email,
+                    )
+                )
+        return cls(found)
+
+
+def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
+    # The file carries the %_ suffix exactly when a directory of the same name exists beside it.
+    for suffixed in (False, True):
+        try:
+            entry = tree[encode_path(memory_path, directory_sibling=suffixed)]
+        except KeyError:
+            continue
+        if isinstance(entry, pygit2.Blob):
+            return entry
+    return None
+
+
+def _written_blob(mirror: Mirror, old: _OldCommit) -> list[str]:
+    """The blob a commit wrote for its version (none for a delete, a skip, or no content)."""
+    trailers = old.trailers
+    if trailers.memory_path is None or trailers.operation == "deleted" or trailers.skipped is not None:
+        return []
+    with translated(f"reading commit {old.id}"):
+        blob = _blob_at(mirror._repo[old.id].peel(pygit2.Tree), trailers.memory_path)
+    return [str(blob.id)] if blob is not None else []
+
+
+def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
+    """The version's ``path`` as the import got it, recovered from the commit.
+
+    A commit that wrote or removed a file names it in ``Memory-Path``. Otherwise the summary line
+    holds the record's path, or the memory's known path when the record had none. Anthropic drops
+    both the path and the hash of a redacted version, so such a commit (redacted, no hash) had no
+    path: returning None lets the writer name the memory by its path in the new history, as a
+    fresh import does.
+    """
+    trailers = old.trailers
+    if trailers.memory_path is not None:
+        return trailers.memory_path
+    if trailers.redacted and trailers.content_sha256 is None and trailers.skipped is None:
+        return None
+    subject = old.summary.removeprefix(f"{trailers.operation} ")
+    if trailers.skipped is not None:
+        subject = subject.removesuffix(f" (skipped: {trailers.skipped})")
+    elif trailers.redacted:
+        subject = subject.removesuffix(" (redacted)")
+    if moved_from is not None:
+        subject = subject.removesuffix(f" (moved from {quote_for_message(moved_from)})")
+    if subject == f"memory {trailers.memory_id}":
+        return None
+    try:
+        return unquote_from_message(subject)
+    except ValueError:
+        return None
+
+
+def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> VersionRecord:
+    """The record that made ``old``, as far as the commit tells (exactly, for what a rewrite needs)."""
+    trailers = old.trailers
+    writes = trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None
+    moved_from = known if writes and known is not None and known != trailers.memory_path else None
+    content: bytes | None = None
+    if writes and (trailers.redacted or trailers.content_sha256 is None):
+        # A redacted version that still wrote content (the live memory's current content): the
+        # writer needs the bytes, a hash alone would not make it write the file.
+        blob = _written_blob(mirror, old)
+        content = mirror.read_blob(blob[0]) if blob else None
+    elif writes and mirror.blob_for_sha256(trailers.content_sha256 or "") is None:
+        blob = _written_blob(mirror, old)
+        content = mirror.read_blob(blob[0]) if blob else None
+    return VersionRecord(
+        version_id=trailers.version_id,
+        memory_id=trailers.memory_id,
+        operation=trailers.operation,
+        path=_record_path(old, moved_from),
+        content=content,
+        content_sha256=trailers.content_sha256,
+        created_at=trailers.created_at,
+        redacted=trailers.redacted,
+        author_name=old.author_name,
+        author_email=old.author_email,
+        skipped=trailers.skipped is not None,
+        skip_reason=trailers.skipped or "unspecified",
+    )
+
+
+# --- deriving the new history -----------------------------------------------------------------------
+
+
+def _derive(
+    mirror: Mirror, history: _History, start: int, replacements: Mapping[str, VersionRecord]
+) -> tuple[str | None, dict[str, str]]:
+    """Write the commits from ``start`` on again on :data:`WORK_REF`; (new tip, old → new ids)."""
+    parent = history.commits[start - 1].id if start > 0 else None
+    current = mirror.ref_target(WORK_REF)
+    if current is not None:
+        # A rewrite killed earlier left its work here; it is derived again from scratch.
+        mirror.delete_ref_if_equals(WORK_REF, current)
+    if parent is not None:
+        mirror.set_ref_if_equals(WORK_REF, parent, None, message="memsync: rewrite after a redaction")
+    # The old history's path map, to recover what each commit's summary line was made from.
+    known = mirror._path_map_at(parent).copy()
+    mapping: dict[str, str] = {}
+    writer = HistoryWriter(mirror, ref=WORK_REF)
+    for old in history.commits[start:]:
+        replacement = replacements.get(old.trailers.version_id)
+        if replacement is not None:
+            record = replacement
+            if old.trailers.skipped is not None:
+                # The user imported past this version with --skip-version: a fresh import would too.
+                record = replace(record, content=None, skipped=True, skip_reason=old.trailers.skipped)
+        else:
+            record = _reconstructed(mirror, old, known.path_of(old.trailers.memory_id))
+        mapping[old.id] = writer.add(record)
+        apply_trailers(known, old.trailers)
+    tip = writer.flush()
+    return tip, mapping
+
+
+# --- carrying everything else over ------------------------------------------------------------------
+
+
+class _Carrier:
+    """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
+
+    def __init__(self, mirror: Mirror, mapping: Mapping[str, str]) -> None:
+        self._mirror = mirror
+        self._repo = mirror._repo
+        self._mapping = dict(mapping)
+        self.replaced: dict[str, str] = {}  # commits made again on the new history (old → new)
+        self._first_old = self._oldest_parent()
+        self._kept: list[KeptContent] = []
+        self._redacted: dict[str, bytes] = {}
+
+    def _oldest_parent(self) -> str | None:
+        if not self._mapping:
+            return None
+        first = next(iter(self._mapping))
+        parents = self._repo[first].peel(pygit2.Commit).parent_ids
+        return str(parents[0]) if parents else None
+
+    def carry_everything(self, pending: _Pending) -> tuple[list[str], list[KeptContent], list[str]]:
+        """Carry every ref and the checkout; (refs moved, redacted content kept, warnings)."""
+        self._redacted = {}
+        with translated("reading the redacted contents"):
+            for blob in pending.blobs:
+                if self._repo.odb.exists(blob):
+                    self._redacted[blob] = self._repo[blob].peel(pygit2.Blob).data
+        moved: list[str] = []
+        warnings: list[str] = []
+        with translated("moving refs onto the rewritten history"):
+            self._carry_checkout()
+            for name in sorted(self._repo.references):
+                if name in (self._mirror.MEMSTORE_REF, WORK_REF, STASH_REF) or name == "HEAD":
+                    continue
+                ref = self._repo.references[name]
+                if ref.type != pygit2.enums.ReferenceType.DIRECT:
+                    continue
+                old = str(ref.target)
+                target = self._repo[old]
+                if not isinstance(target, pygit2.Commit):
+                    if isinstance(target, pygit2.Tag):
+                        warnings.append(f"{name} is an annotated tag; it was left pointing where it was")
+                    continue
+                new = self._carry(old, name)
+                if new != old:
+                    self._mirror.set_ref_if_equals(
+                        name, new, old, message="memsync: carried over a redaction"
+                    )
+                    moved.append(name)
+            if self._carry_stash():
+                moved.append(STASH_REF)
+            moved.extend(self._carry_pseudo_refs())
+        return moved, self._kept, warnings
+
+    # --- commits ---------------------------------------------------------------------------------
+
+    def redacted_contents(self) -> list[bytes]:
+        """The redacted bytes, read before pruning removed them (to look for them elsewhere)."""
+        return list(self._redacted.values())
+
+    def _carry(self, commit: str, where: str) -> str:
+        """The commit on the new history that stands for ``commit``."""
+        if not self._mapping:
+            return commit
+        if commit in self._mapping:
+            return self._mapping[commit]
+        if commit in self.replaced:
+            return self.replaced[commit]
+        walker = self._repo.walk(commit, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+        if self._first_old is not None:
+            walker.hide(self._first_old)
+        for item in walker:
+            old = str(item.id)
+            if old in self._mapping or old in self.replaced:
+                continue
+            parents = [str(p) for p in item.parent_ids]
+            new_parents = [self._mapping.get(p) or self.replaced.get(p) or p for p in parents]
+            if new_parents == parents:
+                continue
+            self.replaced[old] = self._remake(item, parents, new_parents, where)
+        return self.replaced.get(commit, commit)
+
+    def _remake(self, commit: pygit2.Commit, parents: list[str], new_parents: list[str], where: str) -> str:
+        """``commit`` again on ``new_parents``: its own changes kept, the rest from the new parent."""
+        old_base = self._repo[parents[0]].peel(pygit2.Tree)
+        new_base = self._repo[new_parents[0]].peel(pygit2.Tree)
+        tree = self._carry_tree(commit.tree, old_base, new_base, where)
+        # Everything but the tree and parent lines stays byte for byte (author, dates, encoding,
+        # message); a signature would no longer verify, so it goes.
+        kind, raw = self._repo.odb.read(commit.id)
+        header, _, message = raw.partition(b"\n\n")
+        lines = [b"tree " + tree.encode()]
+        lines += [b"parent " + p.encode() for p in new_parents]
+        in_signature = False
+        for line in header.split(b"\n"):
+            if line.startswith((b"tree ", b"parent ")):
+                continue
+            if line.startswith(b"gpgsig"):
+                in_signature = True
+                continue
+            if in_signature and line.startswith(b" "):
+                continue
+            in_signature = False
+            lines.append(line)
+        return str(self._repo.odb.write(kind, b"\n".join(lines) + b"\n\n" + message))
+
+    def _carry_tree(self, tree: pygit2.Tree, old_base: pygit2.Tree, new_base: pygit2.Tree, where: str) -> str:
+        changes = _tree_changes(old_base, new_base)
+        if not changes:
+            return str(tree.id)
+        editable = MutableTree(self._repo, tree.id.raw)
+        for path, (before, after) in _removals_first(changes):
+            parts = path.encode("utf-8", "surrogateescape").split(b"/")
+            mine = editable.get(parts)
+            mine_hex = mine.hex() if mine is not None else None
+            if mine_hex == before:
+                if after is None:
+                    editable.remove(parts)
+                else:
+                    editable.set(parts, bytes.fromhex(after))
+            elif mine_hex is not None and self._holds_redacted(mine_hex):
+                self._kept.append(KeptContent(where, path, mine_hex))
+        batch = PackBatch()
+        root = editable.write(batch)
+        batch.write(self._mirror.objects_dir)
+        return root.hex()
+
+    def _holds_redacted(self, blob: str) -> bool:
+        if blob in self._redacted:
+            return True
+        data = self._repo[blob].peel(pygit2.Blob).data
+        return self._contains_redacted(data)
+
+    def _contains_redacted(self, data: bytes) -> bool:
+        return any(content and content in data for content in self._redacted.values())
+
+    # --- the checkout ----------------------------------------------------------------------------
+
+    def _carry_checkout(self) -> None:
+        """Index and working tree of HEAD follow HEAD's commit onto the new history."""
+        repo = self._repo
+        if repo.head_is_unborn:
+            return
+        old = str(repo.head.target)
+        new = self._carry(old, "HEAD")
+        if new == old:
+            self._report_working_tree()
+            return
+        old_tree = repo[old].peel(pygit2.Tree)
+        new_tree = repo[new].peel(pygit2.Tree)
+        index = repo.index
+        index.read(force=True)
+        workdir = Path(repo.workdir) if repo.workdir else None
+        for path, (before, after) in _removals_first(_tree_changes(old_tree, new_tree)):
+            if workdir is not None:
+                self._carry_file(workdir, path, before, after)
+            staged = index[path].id if path in index else None
+            staged_hex = str(staged) if staged is not None else None
+            if staged_hex == before:
+                if after is None:
+                    index.remove(path)
+                else:
+                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=after), pygit2.enums.FileMode.BLOB))
+        index.write()
+        if repo.head_is_detached:
+            repo.set_head(pygit2.Oid(hex=new))
+        self._report_working_tree()
+
+    def _carry_file(self, workdir: Path, path: str, before: str | None, after: str | None) -> None:
+        file = workdir / path
+        try:
+            data: bytes | None = file.read_bytes() if file.is_file() and not file.is_symlink() else None
+        except OSError:
+            data = None
+        current = str(pygit2.hash(data)) if data is not None else None
+        if current == after:
+            return  # already carried (a rerun after a kill)
+        if current != before:
+            return  # the user changed it: theirs; reported by _report_working_tree
+        if after is None:
+            file.unlink()
+            for parent in file.parents:
+                if parent == workdir:
+                    break
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
+            return
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.name}.memsync-tmp")
+        tmp.write_bytes(self._repo[after].peel(pygit2.Blob).data)
+        os.replace(tmp, file)
+
+    def _report_working_tree(self) -> None:
+        """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
+        said so (the index's blob is an object of the repository, the file is the user's)."""
+        if not self._redacted:
+            return
+        repo = self._repo
+        workdir = Path(repo.workdir) if repo.workdir else None
+        index = repo.index
+        index.read(force=True)
+        staged_flags = pygit2.enums.FileStatus.INDEX_NEW | pygit2.enums.FileStatus.INDEX_MODIFIED
+        changed_flags = pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED
+        for path, flags in sorted(repo.status(untracked_files="all").items()):
+            if flags & staged_flags and path in index:
+                staged = str(index[path].id)
+                if self._holds_redacted(staged):
+                    self._kept.append(KeptContent("index", path, staged))
+            if workdir is None:
+                continue
+            try:
+                data = (workdir / path).read_bytes()
+            except OSError:
+                continue
+            if (flags & (changed_flags | staged_flags)) and self._contains_redacted(data):
+                self._kept.append(KeptContent("working tree", path, None))
+
+    # --- the stash and pseudo-refs ---------------------------------------------------------------
+
+    def _carry_stash(self) -> bool:
+        """Every stash entry onto the new history; its reflog rewritten line by line (keeps dates)."""
+        ref = self._repo.references.get(STASH_REF)
+        if ref is None:
+            return False
+        log_file = self._mirror.git_dir / "logs" / STASH_REF
+        try:
+            lines = log_file.read_bytes().splitlines(keepends=True)
+        except FileNotFoundError:
+            lines = []
+        changed = False
+        rewritten: list[bytes] = []
+        for line in lines:
+            head, tab, message = line.partition(b"\t")
+            fields = head.split(b" ", 2)
+            if len(fields) == 3:
+                old_new = []
+                for value in fields[:2]:
+                    text = value.decode("ascii")
+                    carried = self._carry(text, STASH_REF) if set(text) != {"0"} else text
+                    changed = changed or carried != text
+                    old_new.append(carried.encode("ascii"))
+                line = b" ".join([*old_new, fields[2]]) + tab + message
+            rewritten.append(line)
+        old = str(ref.target)
+        new = self._carry(old, STASH_REF)
+        if new != old:
+            self._mirror.set_ref_if_equals(STASH_REF, new, old, message="memsync: carried over a redaction")
+            changed = True
+        if changed and lines:
+            tmp = log_file.with_suffix(".memsync-tmp")
+            tmp.write_bytes(b"".join(rewritten))
+            os.replace(tmp, log_file)
+        return changed
+
+    def _carry_pseudo_refs(self) -> list[str]:
+        moved = []
+        for name in PSEUDO_REFS:
+            file = self._mirror.git_dir / name
+            try:
+                data = file.read_bytes()
+            except FileNotFoundError:
+                continue
+
+            def carried(match: re.Match[bytes], name: str = name) -> bytes:
+                commit = match.group(0).decode("ascii")
+                if commit not in self._repo:
+                    return match.group(0)
+                target = self._repo[commit]
+                if not isinstance(target, pygit2.Commit):
+                    return match.group(0)
+                return self._carry(commit, name).encode("ascii")
+
+            updated = _HEX40.sub(carried, data)
+            if updated != data:
+                tmp = file.with_name(f"{name}.memsync-tmp")
+                tmp.write_bytes(updated)
+                os.replace(tmp, file)
+                moved.append(name)
+        return moved
+
+
+def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> dict[str, tuple[str | None, str | None]]:
+    """``{tree path: (blob before or None, blob after or None)}`` for every file that differs."""
+    changes: dict[str, tuple[str | None, str | None]] = {}
+    for delta in old.diff_to_tree(new).deltas:
+        status = delta.status
+        before = None if status == pygit2.enums.DeltaStatus.ADDED else str(delta.old_file.id)
+        after = None if status == pygit2.enums.DeltaStatus.DELETED else str(delta.new_file.id)
+        if before is not None:
+            changes[delta.old_file.path] = (before, changes.get(delta.old_file.path, (None, None))[1])
+        if after is not None:
+            changes[delta.new_file.path] = (changes.get(delta.new_file.path, (None, None))[0], after)
+    return changes
+
+
+def _removals_first(
+    changes: Mapping[str, tuple[str | None, str | None]],
+) -> list[tuple[str, tuple[str | None, str | None]]]:
+    """Removed files before written ones: a file can take the place of a directory that goes."""
+    return sorted(changes.items(), key=lambda item: (item[1][1] is not None, item[0]))
+
+
+# --- pruning and bookkeeping ------------------------------------------------------------------------
+
+
+def _append_superseded(mirror: Mirror, mapping: Mapping[str, str]) -> None:
+    old = [commit for commit, new in mapping.items() if commit != new]
+    if not old:
+        return
+    with open(mirror.state_dir / SUPERSEDED_FILE, "a", encoding="ascii") as out:
+        out.write("".join(f"{commit}\n" for commit in old))
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _prune(mirror: Mirror) -> None:
+    """Expire reflogs (but keep the stash's, already rewritten) and prune what nothing reaches."""
+    # The stash lives in its reflog: every entry but the newest would be lost with it.
+    stash_log = mirror.git_dir / "logs" / STASH_REF
+    stash = stash_log.read_bytes() if stash_log.exists() else None
+    run_git(
+        mirror.path,
+        ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"],
+        action="expiring the mirror's reflogs",
+    )
+    if stash is not None:
+        tmp = stash_log.with_suffix(".memsync-tmp")
+        tmp.write_bytes(stash)
+        os.replace(tmp, stash_log)
+    for name in CACHE_FILES:
+        (mirror.state_dir / name).unlink(missing_ok=True)
+    run_git(mirror.path, ["gc", "--prune=now", "--quiet"], action="pruning the mirror's unreachable objects")
+    # gc replaced the pack files this process has open.
+    mirror._reopen()
+    mirror._path_map_cache = None
+
+
+def _contents_in_history(mirror: Mirror) -> set[str]:
+    """SHA-256 of every content a version that is not redacted wrote, in the whole imported history."""
+    found: set[str] = set()
+    tip = mirror.tip()
+    if tip is None:
+        return found
+    for version in mirror.imported_versions():
+        if (
+            version.memory_path is not None
+            and version.operation != "deleted"
+            and version.skipped is None
+            and version.content_sha256 is not None
+        ):
+            found.add(version.content_sha256)
+    return found
+
+
+def _scan_state_files(mirror: Mirror, contents: Iterable[bytes]) -> list[KeptContent]:
+    """Files of other memsync parts under ``.git/memsync/`` that hold redacted bytes (reported)."""
+    wanted = [content for content in contents if content]
+    if not wanted:
+        return []
+    found = []
+    for file in sorted(mirror.state_dir.rglob("*")):
+        if (
+            not file.is_file()
+            or file.name in (PENDING_FILE, SUPERSEDED_FILE)
+            or file.stat().st_size > 64 << 20
+        ):
+            continue
+        data = file.read_bytes()
+        if any(content in data for content in wanted):
+            where = f".git/memsync/{file.relative_to(mirror.state_dir).as_posix()}"
+            found.append(KeptContent(where, None, None))
+    return found
