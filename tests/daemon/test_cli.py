@@ -58,6 +58,7 @@ class DaemonProcess:
 
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    pump: threading.Thread | None = None
 
     @classmethod
     def start(cls, config: Path, token: str) -> DaemonProcess:
@@ -69,7 +70,8 @@ class DaemonProcess:
             env={**os.environ, TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"},
         )
         daemon = cls(process)
-        threading.Thread(target=daemon._pump, daemon=True).start()
+        daemon.pump = threading.Thread(target=daemon._pump, daemon=True)
+        daemon.pump.start()
         wait_for(lambda: daemon.logged("daemon started") or daemon.exited(), what="the daemon to start")
         assert process.poll() is None, daemon.log()
         return daemon
@@ -114,6 +116,11 @@ def daemons() -> Iterator[list[DaemonProcess]]:
         if not daemon.exited():
             daemon.process.kill()
             daemon.process.wait()
+        # The pump ends at the pipe's end of file; then the pipe can be closed.
+        if daemon.pump is not None:
+            daemon.pump.join(timeout=10)
+        if daemon.process.stderr is not None:
+            daemon.process.stderr.close()
 
 
 # --- --once ---------------------------------------------------------------------------------------
@@ -195,12 +202,22 @@ def test_a_remote_write_reaches_the_checkout_and_a_second_daemon_exits_75(
     address = re.search(r"http://(\S+)", serving).group(1)  # type: ignore[union-attr]
     with urllib.request.urlopen(f"http://{address}/healthz", timeout=5) as answer:
         assert answer.status == 200
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
-        assert f'memsync_versions_imported_total{{store="{store.id}"}} 2.0' in answer.read().decode()
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+            return str(answer.read().decode())
+
+    # The file is on disk a moment before the cycle that wrote it has ended and been counted.
+    imported = f'memsync_versions_imported_total{{store="{store.id}"}} 2.0'
+    wait_for(lambda: imported in metrics(), what="the imports in /metrics")
 
     # A save in the checkout requests a cycle.
     (checkout / "notes" / "a.md").write_text("edited locally\n")
     wait_for(lambda: daemon.logged(f"local change in {store.id}: notes/a.md"), what="the save to be noticed")
+    wait_for(
+        lambda: "watch" in getattr(getattr(read_state(checkout), "last_cycle", None), "triggers", []),
+        what="a cycle requested by the save",
+    )
 
     second = run(config, token=server.token)
     assert second.returncode == 75
@@ -237,3 +254,15 @@ def test_a_signal_lets_the_cycle_in_flight_finish_and_exits_0_within_the_deadlin
     result = run(config, "--once", token=server.token)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "mirrors" / store.id / "bulk").iterdir())) == 40
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--json"], "--json goes with --once"), (["--max-failures", "0"], "--max-failures")],
+)
+def test_usage_errors_exit_2(
+    tmp_path: Path, server: ServerProcess, store: Store, args: list[str], message: str
+) -> None:
+    result = run(write_config(tmp_path, server, store), *args, token=server.token)
+    assert result.returncode == 2
+    assert message in result.stderr

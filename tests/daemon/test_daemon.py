@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,9 @@ import pytest
 
 from memsync.api import Client, Store
 from memsync.config import Config, parse_config
-from memsync.daemon import Outcome, read_state
+from memsync.daemon import Outcome, StoreState, read_state
 from memsync.daemon._daemon import CycleResult, Daemon, StoreCycles
+from memsync.daemon._state import write_state
 from memsync.sync.pull import store_lock
 from memsync.sync.stores import Selection
 from tests.daemon.conftest import wait_for
@@ -66,11 +67,14 @@ class Runner:
         self.gates: dict[str, threading.Event] = {}
         self.outcomes: dict[str, Outcome] = {}
         self.calls: dict[str, int] = {}
+        self.full_scans: list[str] = []
         self.lock = threading.Lock()
 
     def __call__(self, store: Store, full_scan: bool) -> CycleResult:
         with self.lock:
             self.calls[store.id] = self.calls.get(store.id, 0) + 1
+            if full_scan:
+                self.full_scans.append(store.id)
         gate = self.gates.get(store.id)
         if gate is not None:
             assert gate.wait(30), "the test never opened the gate"
@@ -229,3 +233,41 @@ def test_the_real_runner_skips_a_store_whose_lock_is_held(
             assert cycles.run(store, False).outcome is Outcome.NOOP
         finally:
             cycles.close()
+
+
+def test_a_full_scan_that_fell_due_while_stopped_runs_at_start_and_new_stores_wait_one_interval(
+    tmp_path: Path, stopper: list[Daemon]
+) -> None:
+    known, fresh = _store("known"), _store("fresh")
+    past = datetime.now(UTC) - timedelta(hours=2)
+    write_state(
+        _checkout(tmp_path, known),
+        StoreState(
+            store_id=known.id,
+            name=known.name,
+            status="stopped",
+            daemon_pid=1,
+            daemon_started_at=past,
+            updated_at=past,
+            last_success=past,
+            next_full_scan=past + timedelta(hours=1),
+        ),
+    )
+    _checkout(tmp_path, fresh)
+    runner = Runner()
+    daemon = Daemon(_config(tmp_path), runner=runner, discovery=lambda: Selection([known, fresh]))
+    daemon.start()
+    stopper.append(daemon)
+    wait_for(lambda: known.id in runner.full_scans, what="the overdue full scan")
+    wait_for(
+        lambda: getattr(read_state(tmp_path / known.id), "last_full_scan", None) is not None,
+        what="the full scan in the state file",
+    )
+    state = read_state(tmp_path / fresh.id)
+    assert state is not None and state.next_full_scan is not None
+    assert state.next_full_scan - datetime.now(UTC) > timedelta(hours=23)
+    assert fresh.id not in runner.full_scans
+    # The restored success counts for lag until the first cycle of this run replaces it.
+    known_state = read_state(tmp_path / known.id)
+    assert known_state is not None and known_state.last_success is not None
+    assert known_state.last_success > past

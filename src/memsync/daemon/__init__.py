@@ -11,14 +11,17 @@ them when called.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from memsync.config import Config
 from memsync.daemon._coordinator import CycleCoordinator, CycleOutcome, Outcome, Request, SlotView
 from memsync.daemon._debounce import Debouncer
 from memsync.daemon._logs import SecretFilter, configure_logging
 from memsync.daemon._state import STATE_FILE, LastCycle, StoreState, read_state, state_path
-from memsync.errors import MemsyncError
+
+if TYPE_CHECKING:  # annotations only: the public surface stays exactly __all__
+    from typing import Any
+
+    from memsync.config import Config
 
 
 def run_daemon(config: Config, *, max_failures: int | None = None) -> int:
@@ -55,6 +58,8 @@ def run_once(config: Config) -> tuple[list[dict[str, Any]], int]:
 
 def _secrets(config: Config) -> list[str]:
     # The token is read once here only to scrub it from logs; a missing one is reported by the daemon.
+    from memsync.errors import MemsyncError
+
     try:
         return [config.token()]
     except MemsyncError:
