@@ -231,3 +231,32 @@ def test_any_redaction_of_any_history_equals_a_fresh_import(
         assert not exists(mirror.path, obj)
     assert git(mirror.path, "status", "--porcelain") == ""
     fsck(mirror.path)
+
+
+def test_a_conflict_record_loses_its_redacted_side_and_keeps_the_users(tmp_path: Path) -> None:
+    mirror = write(tmp_path / "m", HISTORY)
+    repo = mirror.path
+    sides = {
+        "local": b"my own text\n",
+        "remote": SECRET,
+        "markers": b"<<<<<<< local\nmy own text\n=======\n" + SECRET + b">>>>>>> remote\n",
+    }
+    entries = "".join(
+        f"100644 blob {git(repo, 'hash-object', '-w', '--stdin', input=data).strip()}\t{name}\n"
+        for name, data in sorted(sides.items())
+    )
+    tree = git(repo, "mktree", input=entries.encode()).strip()
+    record_commit = git(repo, "commit-tree", tree, "-m", "conflict at secret.md").strip()
+    git(repo, "update-ref", "refs/memsync/conflicts/secret.md", record_commit)
+
+    report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
+    assert report is not None
+    assert "refs/memsync/conflicts/secret.md" in report.refs
+    names = git(repo, "ls-tree", "--name-only", "refs/memsync/conflicts/secret.md").split()
+    assert names == ["local", "markers"]
+    assert git(repo, "log", "-1", "--format=%s", "refs/memsync/conflicts/secret.md").strip() == (
+        "conflict at secret.md"
+    )
+    assert [(k.where, k.path) for k in report.kept] == [("refs/memsync/conflicts/secret.md", "markers")]
+    assert not exists(repo, blob(SECRET))
+    fsck(repo)

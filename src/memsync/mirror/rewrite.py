@@ -5,11 +5,13 @@ again by the deterministic :class:`HistoryWriter`, from the parent of the first 
 with the redacted versions now recorded as redacted. The result has the commit ids a fresh import
 made after the redaction would have. Everything else that points into the old history follows:
 
-* ``main`` (the user's checkout), ``refs/memsync/base``, conflict records and any other ref under
-  ``refs/memsync/``, other branches, ``ORIG_HEAD`` and friends, and every stash entry: a commit of
-  the old history maps to its new commit; a commit made on top of it (unpushed local work) is made
-  again on the new parent, keeping the files it changed and taking the rewritten content for the
-  files it did not touch;
+* ``main`` (the user's checkout), ``refs/memsync/base``, other branches, ``ORIG_HEAD`` and friends,
+  and every stash entry: a commit of the old history maps to its new commit; a commit made on top
+  of it (unpushed local work) is made again on the new parent, keeping the files it changed and
+  taking the rewritten content for the files it did not touch;
+* memsync's records under ``refs/memsync/`` (conflict records, whose ``base`` and ``remote`` sides
+  copy store content): a file that is exactly redacted content leaves the record; a file that
+  contains it among other bytes (conflict markers, the ``local`` side) is the user's and stays;
 * the index and the working tree: a file the user did not touch takes its new content (or goes);
   a file the user changed is kept as it is;
 * reflogs are expired (the stash's own log is rewritten to the new commits, so no stash is lost),
@@ -61,6 +63,8 @@ PENDING_FILE = "rewrite-pending"
 # Caches that name commits of the old history; both are rebuilt from history when missing.
 CACHE_FILES = ("paths.json", "content-index")
 # Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
+# memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
+RECORDS_PREFIX = "refs/memsync/"
 PSEUDO_REFS = ("ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "FETCH_HEAD", "AUTO_MERGE")
 _HEX40 = re.compile(rb"\b[0-9a-f]{40}\b")
 
@@ -469,6 +473,8 @@ class _Carrier:
                         warnings.append(f"{name} is an annotated tag; it was left pointing where it was")
                     continue
                 new = self._carry(old, name)
+                if name.startswith(RECORDS_PREFIX) and name != self._mirror.BASE_REF:
+                    new = self._scrub(new, name)
                 if new != old:
                     self._mirror.set_ref_if_equals(
                         name, new, old, message="memsync: carried over a redaction"
@@ -512,8 +518,11 @@ class _Carrier:
         old_base = self._repo[parents[0]].peel(pygit2.Tree)
         new_base = self._repo[new_parents[0]].peel(pygit2.Tree)
         tree = self._carry_tree(commit.tree, old_base, new_base, where)
-        # Everything but the tree and parent lines stays byte for byte (author, dates, encoding,
-        # message); a signature would no longer verify, so it goes.
+        return self._write_commit(commit, tree, new_parents)
+
+    def _write_commit(self, commit: pygit2.Commit, tree: str, new_parents: list[str]) -> str:
+        """``commit`` with another tree and parents. Everything else stays byte for byte (author,
+        dates, encoding, message); a signature would no longer verify, so it goes."""
         kind, raw = self._repo.odb.read(commit.id)
         header, _, message = raw.partition(b"\n\n")
         lines = [b"tree " + tree.encode()]
@@ -530,6 +539,34 @@ class _Carrier:
             in_signature = False
             lines.append(line)
         return str(self._repo.odb.write(kind, b"\n".join(lines) + b"\n\n" + message))
+
+    def _scrub(self, commit: str, where: str) -> str:
+        """A memsync record (a conflict's sides, say) without the redacted blobs it holds as they are.
+
+        Such a record copies store content (a conflict's ``base`` and ``remote``): an exact copy of
+        redacted content goes. A file that merely contains the redacted bytes among others (the
+        conflict markers, the user's ``local`` side) is the user's work: kept, and reported.
+        """
+        if not self._redacted:
+            return commit
+        found = self._repo[commit].peel(pygit2.Commit)
+        files: dict[str, str] = {}
+        _collect(found.tree, "", files)
+        exact = [path for path, blob in files.items() if blob in self._redacted]
+        for path, blob in sorted(files.items()):
+            if blob not in self._redacted and self._holds_redacted(blob):
+                self._kept.append(KeptContent(where, path, blob))
+        if not exact:
+            return commit
+        editable = MutableTree(self._repo, found.tree.id.raw)
+        for path in exact:
+            editable.remove(path.encode("utf-8", "surrogateescape").split(b"/"))
+        batch = PackBatch()
+        root = editable.write(batch)
+        batch.write(self._mirror.objects_dir)
+        new = self._write_commit(found, root.hex(), [str(p) for p in found.parent_ids])
+        self.replaced[commit] = new
+        return new
 
     def _carry_tree(self, tree: pygit2.Tree, old_base: pygit2.Tree, new_base: pygit2.Tree, where: str) -> str:
         changes = _tree_changes(old_base, new_base)
@@ -720,6 +757,15 @@ def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> dict[str, tuple[str | N
         if after is not None:
             changes[delta.new_file.path] = (changes.get(delta.new_file.path, (None, None))[0], after)
     return changes
+
+
+def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
+    for item in tree:
+        name = prefix + (item.name or "")
+        if isinstance(item, pygit2.Tree):
+            _collect(item, name + "/", found)
+        elif isinstance(item, pygit2.Blob):
+            found[name] = str(item.id)
 
 
 def _removals_first(

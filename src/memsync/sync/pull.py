@@ -9,7 +9,8 @@ The flow of one store (design.md §2, §5; api.md §6):
 3. A listing out of order, or a version older than the tip that was never imported (a late version),
    switches to listing everything: every version not imported yet is imported at the tip, with a
    warning — the one documented case where two mirrors can differ. ``--full-scan`` does the same on
-   purpose, and also reports versions redacted since their import and versions gone through retention.
+   purpose, and also reports versions redacted since their import and versions gone through retention;
+   redacted ones are then rewritten out of the mirror (:func:`memsync.mirror.rewrite_redacted`).
 4. Contents already in the repository (by hash) are not fetched; the others are fetched in a pipeline
    that overlaps with git writing.
 5. Untrusted input — a path git must not see, a content that does not match its hash — stops the
@@ -44,7 +45,15 @@ from memsync.crashpoints import crash_point
 from memsync.engine.importing import Checkpoint, author_for, newer_than_checkpoint
 from memsync.engine.spool import ReverseSpool
 from memsync.errors import EXIT_FAILED, EXIT_OK, MemsyncError, UnsafeInput
-from memsync.mirror import HistoryWriter, ImportedVersion, Mirror, VersionRecord, escape_for_terminal
+from memsync.mirror import (
+    HistoryWriter,
+    ImportedVersion,
+    Mirror,
+    VersionRecord,
+    escape_for_terminal,
+    rewrite_pending,
+    rewrite_redacted,
+)
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 
@@ -79,6 +88,7 @@ class PullReport:
     deleted_remotely: bool = False
     warnings: list[str] = field(default_factory=list)
     path: str = ""
+    rewrite: dict[str, Any] | None = None
 
     code: int = EXIT_OK
 
@@ -110,6 +120,7 @@ class PullReport:
             "expired": self.expired,
             "deleted_remotely": self.deleted_remotely,
             "warnings": self.warnings,
+            "rewrite": self.rewrite,
         }
 
 
@@ -147,6 +158,8 @@ def pull_store(
             first_import = mirror.tip() is None
             importer = _Importer(client, store, mirror, report, skip_versions, progress)
             importer.run(full_scan=full_scan)
+            if full_scan or rewrite_pending(mirror):
+                importer.propagate_redactions()
             # Store metadata comes with the store listing, free. Memory metadata costs a listing of
             # every memory, so it is refreshed on the first import and on full scans only: a pull that
             # imports V versions stays at the request count of design.md §5.
@@ -177,6 +190,7 @@ class _Importer:
         self.skip_versions = skip_versions
         self.progress = progress
         self.changed = False
+        self.redacted: list[MemoryVersion] = []
 
     # --- choosing what to import -----------------------------------------------------------------
 
@@ -237,6 +251,7 @@ class _Importer:
                     self.report.late += 1
             elif version.redacted and not known.redacted:
                 self.report.redacted_since_import.append(version.id)
+                self.redacted.append(version)
             listed += 1
         # What stays in ``imported`` was imported once and is no longer listed: gone through retention.
         self.report.expired = len(imported)
@@ -248,7 +263,7 @@ class _Importer:
         if self.report.redacted_since_import:
             self.report.warnings.append(
                 f"{len(self.report.redacted_since_import)} version(s) were redacted after their import;"
-                " their content is still in this mirror"
+                " the mirror is rewritten so that their content leaves it"
             )
         log.debug("listed %d versions of %s", listed, self.store.id)
 
@@ -323,29 +338,33 @@ class _Importer:
             return memory.content
         return None
 
+    def propagate_redactions(self) -> None:
+        """Rewrite the versions redacted since their import out of the mirror (design.md §2).
+
+        Each is recorded exactly as a fresh import would record it now, so the rewritten history has
+        a fresh import's commit ids. Also finishes the pruning of an interrupted rewrite.
+        """
+        records = []
+        for version in self.redacted:
+            content = None
+            if version.operation is not Operation.DELETED:
+                content = self._current_content_of_redacted(version)
+            records.append(_record(version, content))
+        result = rewrite_redacted(self.mirror, records)
+        if result is None:
+            return
+        self.report.rewrite = result.to_json()
+        self.report.warnings.append(result.summary())
+        self.report.warnings.extend(result.warnings)
+        if result.remaining:
+            self.report.fail(
+                f"redacted content is still in the mirror after the rewrite: {', '.join(result.remaining)}"
+            )
+
     def _add(
         self, writer: HistoryWriter, version: MemoryVersion, content: str | None, *, skipped: bool = False
     ) -> None:
-        actor = version.created_by
-        name, email = author_for(
-            actor.type if actor else None, actor.id if actor else None, actor.name if actor else None
-        )
-        writer.add(
-            VersionRecord(
-                version_id=version.id,
-                memory_id=version.memory_id,
-                operation=version.operation.value,
-                path=version.path,
-                content=content.encode("utf-8") if content is not None else None,
-                content_sha256=version.content_sha256,
-                created_at=version.created_at,
-                redacted=version.redacted,
-                author_name=name,
-                author_email=email,
-                skipped=skipped,
-                skip_reason="skip-version" if skipped else "unspecified",
-            )
-        )
+        writer.add(_record(version, content, skipped=skipped))
         self.changed = True
         crash_point("pull.version")
         if skipped:
@@ -362,6 +381,28 @@ class _Importer:
             f" run: memsync pull {self.store.id} --skip-version {version.id}"
         )
         return False
+
+
+def _record(version: MemoryVersion, content: str | None, *, skipped: bool = False) -> VersionRecord:
+    """The mirror's record of a version: the same function for an import and a redaction rewrite."""
+    actor = version.created_by
+    name, email = author_for(
+        actor.type if actor else None, actor.id if actor else None, actor.name if actor else None
+    )
+    return VersionRecord(
+        version_id=version.id,
+        memory_id=version.memory_id,
+        operation=version.operation.value,
+        path=version.path,
+        content=content.encode("utf-8") if content is not None else None,
+        content_sha256=version.content_sha256,
+        created_at=version.created_at,
+        redacted=version.redacted,
+        author_name=name,
+        author_email=email,
+        skipped=skipped,
+        skip_reason="skip-version" if skipped else "unspecified",
+    )
 
 
 def _batch_commits() -> int:
