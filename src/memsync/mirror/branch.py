@@ -1,0 +1,96 @@
+"""``main`` after a push: reset to the imported tip, local commits kept, the index in step.
+
+Once a push has been imported, ``memstore/main`` holds what the user committed (or left uncommitted):
+``main`` moves to it, so ``git status`` and ``git log memstore/main..main`` read "up to date". Local
+commits the tip does not contain are not thrown away: the old ``main`` is kept under
+``refs/memsync/pushed/<UTC time>-<commit>`` first (their content is in the store now, or still in the
+checkout when a file was held back). The index is brought to the tip's tree, with fresh stat data for
+every file the checkout holds as the tip has it, so ``git status`` stays fast and shows exactly the
+files that are still local (conflicts, rejected files, withheld deletes).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import FileMode
+
+from memsync.errors import MirrorError
+from memsync.mirror.errors import translated
+from memsync.mirror.worktree import worktree_blob
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+PUSHED_PREFIX = "refs/memsync/pushed/"
+
+
+def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
+    """Point ``main`` (and the index) at ``tip``; the ref keeping the old ``main``, if it had to be kept."""
+    old = mirror.ref_target(mirror.MAIN_REF)
+    kept: str | None = None
+    if old is not None and old != tip and not mirror._is_ancestor(old, tip):
+        kept = f"{PUSHED_PREFIX}{when.strftime('%Y%m%dT%H%M%SZ')}-{old[:12]}"
+        if mirror.ref_target(kept) != old:
+            mirror.set_ref_if_equals(kept, old, None, message="memsync: local commits pushed")
+    align_index(mirror, tip)
+    if old != tip:
+        mirror.set_ref_if_equals(mirror.MAIN_REF, tip, old, message="memsync: reset to the pushed tip")
+    return kept
+
+
+def pushed_refs(mirror: Mirror) -> list[str]:
+    """The refs keeping earlier ``main`` tips, oldest first."""
+    with translated("listing refs/memsync/pushed"):
+        return sorted(r for r in mirror._repo.references if r.startswith(PUSHED_PREFIX))
+
+
+def align_index(mirror: Mirror, commit: str) -> None:
+    """Make the index hold ``commit``'s tree; entries of files the checkout holds unchanged get stat data."""
+    repo = mirror._repo
+    with translated(f"reading the tree of {commit}"):
+        wanted: dict[str, pygit2.Oid] = {}
+        _collect(repo[commit].peel(pygit2.Tree), "", wanted)
+    with translated("reading the index"):
+        index = repo.index
+        index.read(False)
+        current = {entry.path: entry.id for entry in index}
+        has_conflicts = index.conflicts is not None
+    changed = has_conflicts
+    with translated("updating the index"):
+        if has_conflicts:
+            index.read_tree(repo[commit].peel(pygit2.Tree))
+            current = {}
+        for path in current.keys() - wanted.keys():
+            index.remove(path)
+            changed = True
+        for path, oid in wanted.items():
+            if current.get(path) == oid:
+                continue
+            changed = True
+            if worktree_blob(mirror, path) == str(oid):
+                index.add(path)  # reads the file: the entry gets its stat data
+            else:
+                index.add(pygit2.IndexEntry(path, oid, FileMode.BLOB))
+    if not changed:
+        return
+    try:
+        index.write()
+    except (pygit2.GitError, OSError) as exc:
+        if (mirror.git_dir / "index.lock").exists():
+            raise MirrorError(
+                f"cannot update the index of {mirror.path}: git is working there (.git/index.lock exists);"
+                " run again when it is done"
+            ) from exc
+        raise MirrorError(f"writing the index of {mirror.path}: {exc}") from exc
+
+
+def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, pygit2.Oid]) -> None:
+    for item in tree:
+        name = prefix + (item.name or "")
+        if isinstance(item, pygit2.Tree):
+            _collect(item, name + "/", found)
+        else:
+            found[name] = item.id

@@ -1,0 +1,296 @@
+"""Three-way merges of one memory, and conflicts recorded so that no side is ever lost.
+
+**Merging** uses git's own file merge (libgit2's ``merge_file_from_index``, measurements.md) in a
+scratch repository outside the mirror, so predicting a merge (``push --dry-run``) writes nothing.
+libgit2 takes no labels: the sides' index paths become the marker labels, ``local`` (the checkout)
+and ``remote`` (the store). It has no diff3 style, so the base never appears in the markers; it is
+kept in the record instead.
+
+**Recording.** A conflict is a commit under ``refs/memsync/conflicts/<name>`` whose tree holds the
+sides as files ``base`` (absent when both sides created the memory), ``local``, ``remote`` and
+``markers`` (what memsync wrote into the checkout), and whose message names the memory and the
+store's version the conflict was made against::
+
+    conflict at notes/a.md
+
+    Memsync-Conflict: 1
+    Conflict-Path: notes/a.md
+    Reason: changed locally and remotely, and the changes overlap
+    Remote-Memory-Id: mem_01HZX3
+    Remote-SHA256: <hex>
+    Local-SHA256: <hex>
+    Base-SHA256: <hex>
+    Markers-SHA256: <hex>
+
+The ref keeps every side reachable, so ``git gc`` never drops them: ``git show
+refs/memsync/conflicts/<name>:local``. ``<name>`` is the memory path with every byte outside
+``[A-Za-z0-9_-]`` written ``%XX`` (so ``a`` and ``a/b`` never clash as ref names), or ``sha256-<hex
+of the path>`` when that would be longer than 200 characters. Resolving moves the ref to
+``refs/memsync/resolved/<name>`` (the last resolution of each path is kept, in case it was the wrong
+pick). Since memories may contain ``<<<<<<<`` naturally, only a record — never a marker in a file —
+makes a conflict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import FileMode
+
+from memsync.errors import MirrorError
+from memsync.mirror.errors import translated
+from memsync.mirror.paths import quote_for_message, unquote_from_message
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+CONFLICTS_PREFIX = "refs/memsync/conflicts/"
+RESOLVED_PREFIX = "refs/memsync/resolved/"
+LOCAL_LABEL = "local"
+REMOTE_LABEL = "remote"
+_MAX_REF_NAME = 200
+_LITERAL = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+SIDES = ("base", "local", "remote", "markers")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """``clean``: ``content`` is the merged memory; otherwise it carries git-style conflict markers."""
+
+    clean: bool
+    content: bytes
+
+
+class Merger:
+    """git's three-way file merge over byte contents, in a scratch repository (created on first use)."""
+
+    def __init__(self) -> None:
+        self._dir: str | None = None
+        self._repo: pygit2.Repository | None = None
+
+    def _scratch(self) -> pygit2.Repository:
+        if self._repo is None:
+            self._dir = tempfile.mkdtemp(prefix="memsync-merge-")
+            with translated("creating a scratch repository for merging"):
+                self._repo = pygit2.init_repository(self._dir, bare=True)
+        return self._repo
+
+    def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
+        """Merge ``local`` and ``remote`` over ``base`` (None: both sides created the file)."""
+        if local == remote:
+            return MergeResult(True, local)
+        if base is not None and remote == base:
+            return MergeResult(True, local)
+        if base is not None and local == base:
+            return MergeResult(True, remote)
+        repo = self._scratch()
+
+        def entry(label: str, data: bytes) -> pygit2.IndexEntry:
+            return pygit2.IndexEntry(label, repo.create_blob(data), FileMode.BLOB)
+
+        with translated("merging"):
+            result = repo.merge_file_from_index(
+                None if base is None else entry("base", base),
+                entry(LOCAL_LABEL, local),
+                entry(REMOTE_LABEL, remote),
+            )
+        content = result.contents.encode("utf-8")
+        if base is None and result.automergeable:
+            # Both sides created the memory: that is a conflict even when git could interleave them.
+            return MergeResult(False, whole_file_markers(local, remote))
+        return MergeResult(bool(result.automergeable), content)
+
+    def markers(self, base: bytes | None, local: bytes, remote: bytes) -> bytes:
+        """Conflict markers for the two sides, always (a clean merge falls back to whole-file markers)."""
+        merged = self.merge(base, local, remote)
+        return whole_file_markers(local, remote) if merged.clean else merged.content
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.free()
+            self._repo = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Merger:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def whole_file_markers(local: bytes, remote: bytes) -> bytes:
+    """Both contents whole between git-style markers."""
+
+    def block(data: bytes) -> bytes:
+        return data if data == b"" or data.endswith(b"\n") else data + b"\n"
+
+    return (
+        f"<<<<<<< {LOCAL_LABEL}\n".encode()
+        + block(local)
+        + b"=======\n"
+        + block(remote)
+        + f">>>>>>> {REMOTE_LABEL}\n".encode()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictRecord:
+    """An open (or resolved) conflict: where, why, and the hashes of its sides."""
+
+    memory_path: str
+    ref: str
+    commit: str
+    reason: str
+    remote_memory_id: str
+    remote_sha256: str
+    local_sha256: str
+    base_sha256: str | None
+    markers_sha256: str
+    recorded_at: datetime
+
+
+def ref_name(memory_path: str, prefix: str = CONFLICTS_PREFIX) -> str:
+    """The ref of the memory's conflict (see the module docstring)."""
+    raw = memory_path.encode("utf-8")
+    name = "".join(chr(b) if b in _LITERAL else f"%{b:02X}" for b in raw)
+    if len(name) > _MAX_REF_NAME:
+        name = "sha256-" + hashlib.sha256(raw).hexdigest()
+    return prefix + name
+
+
+def record_conflict(
+    mirror: Mirror,
+    memory_path: str,
+    *,
+    base: bytes | None,
+    local: bytes,
+    remote: bytes,
+    markers: bytes,
+    remote_memory_id: str,
+    reason: str,
+    when: datetime | None = None,
+) -> ConflictRecord:
+    """Write the conflict's commit and point its ref at it (the ref must not exist)."""
+    repo = mirror._repo
+    moment = (when or datetime.now(UTC)).astimezone(UTC)
+    sides = {"base": base, "local": local, "remote": remote, "markers": markers}
+    with translated(f"recording the conflict at {memory_path}"):
+        builder = repo.TreeBuilder()
+        for name, data in sides.items():
+            if data is not None:
+                builder.insert(name, repo.create_blob(data), FileMode.BLOB)
+        tree = builder.write()
+    trailers = {
+        "Memsync-Conflict": "1",
+        "Conflict-Path": quote_for_message(memory_path),
+        "Reason": " ".join(reason.split()),
+        "Remote-Memory-Id": remote_memory_id,
+        "Remote-SHA256": _sha(remote),
+        "Local-SHA256": _sha(local),
+    }
+    if base is not None:
+        trailers["Base-SHA256"] = _sha(base)
+    trailers["Markers-SHA256"] = _sha(markers)
+    message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
+        f"{key}: {value}\n" for key, value in trailers.items()
+    )
+    signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+    with translated(f"recording the conflict at {memory_path}"):
+        commit = str(repo.create_commit(None, signature, signature, message, tree, []))
+    ref = ref_name(memory_path)
+    mirror.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
+    return _parse(mirror, ref, commit)
+
+
+def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
+    """The recorded conflicts by memory path."""
+    found: dict[str, ConflictRecord] = {}
+    with translated("listing the recorded conflicts"):
+        names = sorted(r for r in mirror._repo.references if r.startswith(CONFLICTS_PREFIX))
+    for ref in names:
+        commit = mirror.ref_target(ref)
+        if commit is None:
+            continue
+        record = _parse(mirror, ref, commit)
+        found[record.memory_path] = record
+    return found
+
+
+def conflict_side(mirror: Mirror, record: ConflictRecord, side: str) -> bytes | None:
+    """One side's bytes (``base``, ``local``, ``remote`` or ``markers``); None for an absent base."""
+    blob = _side(mirror, record, side)
+    return None if blob is None else bytes(blob.data)
+
+
+def conflict_blob(mirror: Mirror, record: ConflictRecord, side: str) -> str | None:
+    """The blob id of one side (see :func:`conflict_side`)."""
+    blob = _side(mirror, record, side)
+    return None if blob is None else str(blob.id)
+
+
+def _side(mirror: Mirror, record: ConflictRecord, side: str) -> pygit2.Blob | None:
+    if side not in SIDES:
+        raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
+    with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
+        tree = mirror._repo[record.commit].peel(pygit2.Tree)
+        if side not in tree:
+            return None
+        blob = tree[side]
+    if not isinstance(blob, pygit2.Blob):
+        raise MirrorError(f"{record.ref} is damaged: {side} is not a file")
+    return blob
+
+
+def end_conflict(mirror: Mirror, record: ConflictRecord) -> str:
+    """Close the conflict: its ref moves to ``refs/memsync/resolved/`` (returned)."""
+    resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
+    with translated(f"keeping the resolved conflict at {record.memory_path}"):
+        mirror._repo.references.create(resolved, pygit2.Oid(hex=record.commit), force=True)
+    mirror.delete_ref_if_equals(record.ref, record.commit)
+    return resolved
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _parse(mirror: Mirror, ref: str, commit: str) -> ConflictRecord:
+    with translated(f"reading {ref}"):
+        found = mirror._repo[commit].peel(pygit2.Commit)
+        message, when = found.message, found.commit_time
+    fields: dict[str, str] = {}
+    for line in message.rstrip("\n").split("\n\n")[-1].split("\n"):
+        key, sep, value = line.partition(": ")
+        if sep:
+            fields[key] = value
+    try:
+        if fields.get("Memsync-Conflict") != "1":
+            raise ValueError("not a conflict record")
+        return ConflictRecord(
+            memory_path=unquote_from_message(fields["Conflict-Path"]),
+            ref=ref,
+            commit=commit,
+            reason=fields.get("Reason", ""),
+            remote_memory_id=fields["Remote-Memory-Id"],
+            remote_sha256=fields["Remote-SHA256"],
+            local_sha256=fields["Local-SHA256"],
+            base_sha256=fields.get("Base-SHA256"),
+            markers_sha256=fields["Markers-SHA256"],
+            recorded_at=datetime.fromtimestamp(when, UTC),
+        )
+    except (KeyError, ValueError) as exc:
+        raise MirrorError(
+            f"{ref} is not a conflict record memsync can read ({exc}); if you made it, delete it:"
+            f" git update-ref -d {ref}"
+        ) from None

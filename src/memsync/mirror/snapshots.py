@@ -1,0 +1,249 @@
+"""What a commit holds, as the push engine needs it, and the commit ``refs/memsync/base`` points at.
+
+A *snapshot* maps each memory path of a commit's tree to its blob, the SHA-256 of its content (the
+API's ``content_sha256``) and the memory id that owns it. For imported commits the ids come from the
+trailers (:meth:`Mirror.paths`).
+
+The base (``refs/memsync/base``) is the commit the checkout was last reconciled with. Usually that is
+an imported commit (the tip once everything agreed). When the reconciled state differs from every
+imported commit — a rejected file, a withheld delete or an open conflict keeps its old entry — memsync
+writes a *base commit* of its own: its tree holds exactly the reconciled files (so ``git diff
+refs/memsync/base`` shows what is still local), its parent is the imported tip it was made next to,
+and its message lists the memory id of every file::
+
+    memsync base
+
+    mem_01HZX3 notes/a.md
+    mem_01HZX4 "odd\\npath.md"
+
+    Memsync-Base: 1
+
+Paths there are spelt like trailers (C-quoted when needed), so no path can add a line. Nothing but
+memsync reads or moves this ref; ``git gc`` keeps the commit alive through it.
+
+The SHA-256 of a blob never changes, so it is cached for good in ``.git/memsync/blob-sha256``
+(``<blob id> <sha256>`` lines, append-only); a damaged line is simply recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import FileMode
+
+from memsync.errors import MirrorError
+from memsync.mirror.errors import translated
+from memsync.mirror.paths import encode_paths, quote_for_message, unquote_from_message
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+BASE_FORMAT_TRAILER = "Memsync-Base: 1"
+_BASE_SUMMARY = "memsync base"
+_HASH_CACHE = "blob-sha256"
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEntry:
+    """One memory file of a snapshot: its blob, the SHA-256 of its bytes and its memory id."""
+
+    blob: str
+    sha256: str
+    memory_id: str
+
+
+class BlobHashes:
+    """``blob id -> sha256`` for the mirror's blobs, cached on disk (blobs are immutable)."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        self._mirror = mirror
+        self._file = mirror.state_dir / _HASH_CACHE
+        self._known: dict[str, str] | None = None
+        self._new: dict[str, str] = {}
+
+    def _load(self) -> dict[str, str]:
+        if self._known is None:
+            known: dict[str, str] = {}
+            try:
+                with open(self._file, encoding="ascii", errors="replace") as source:
+                    for line in source:
+                        blob, _, sha = line.strip().partition(" ")
+                        if len(blob) == 40 and len(sha) == 64:
+                            known[blob] = sha
+            except FileNotFoundError:
+                pass
+            self._known = known
+        return self._known
+
+    def sha256(self, blob: str) -> str:
+        known = self._load()
+        found = known.get(blob)
+        if found is None:
+            found = hashlib.sha256(self._mirror.read_blob(blob)).hexdigest()
+            known[blob] = found
+            self._new[blob] = found
+        return found
+
+    def learn(self, blob: str, sha256: str) -> None:
+        """Record a hash computed elsewhere (memsync just wrote the blob from those bytes)."""
+        known = self._load()
+        if blob not in known:
+            known[blob] = sha256
+            self._new[blob] = sha256
+
+    def save(self) -> None:
+        """Append what was learnt; a cache, so a failed write costs only recomputing later."""
+        if not self._new:
+            return
+        try:
+            with open(self._file, "a", encoding="ascii") as out:
+                out.write("".join(f"{blob} {sha}\n" for blob, sha in self._new.items()))
+        except OSError:
+            return
+        self._new = {}
+
+
+def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> dict[str, SnapshotEntry]:
+    """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
+    if commit is None:
+        return {}
+    files = mirror.files(commit)
+    owners = mirror.paths(commit)
+    missing = sorted(set(files) - set(owners))
+    if missing:
+        raise MirrorError(
+            f"commit {commit} holds files no memory owns ({', '.join(missing[:3])}); it is not an"
+            " imported commit, or the path cache is damaged: delete .git/memsync/paths.json and run again"
+        )
+    return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
+
+
+def base_commit(mirror: Mirror) -> str | None:
+    """The commit the checkout was last reconciled with.
+
+    ``refs/memsync/base``; when that ref is missing (a mirror of an older memsync, or lost), the last
+    commit ``main`` shares with the imported history, so imported commits never count as local.
+    """
+    base = mirror.ref_target(mirror.BASE_REF)
+    if base is not None:
+        return base
+    head, tip = mirror.ref_target(mirror.MAIN_REF), mirror.tip()
+    if head is None or tip is None:
+        return None
+    with translated("finding where main left the imported history"):
+        try:
+            found = mirror._repo.merge_base(head, tip)
+        except (pygit2.GitError, KeyError, ValueError):
+            return None
+    return None if found is None else str(found)
+
+
+def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str, SnapshotEntry]]:
+    """``(base commit, its snapshot)``; a base commit written by :func:`write_base` included."""
+    commit = base_commit(mirror)
+    if commit is None:
+        return None, {}
+    with translated(f"reading the base commit {commit}"):
+        message = mirror._repo[commit].peel(pygit2.Commit).message
+    if not _is_base_message(message):
+        return commit, commit_snapshot(mirror, commit, hashes)
+    owners = _parse_base_ids(message, commit)
+    files = mirror.files(commit)
+    if set(files) != set(owners):
+        raise MirrorError(
+            f"the base commit {commit} lists other memories than its tree holds; it was not written by"
+            " memsync. Point refs/memsync/base at memstore/main (git update-ref refs/memsync/base"
+            " refs/remotes/memstore/main) and run again"
+        )
+    return commit, {p: SnapshotEntry(b, hashes.sha256(b), owners[p]) for p, b in files.items()}
+
+
+def write_base(
+    mirror: Mirror,
+    entries: Mapping[str, SnapshotEntry],
+    *,
+    expected_old: str | None,
+    tip: str | None,
+    tip_snapshot: Mapping[str, SnapshotEntry],
+    when: datetime | None = None,
+) -> str:
+    """Point ``refs/memsync/base`` at a commit holding ``entries`` (compare-and-swap); its id.
+
+    That is ``tip`` itself when ``entries`` are exactly its snapshot (the usual case), else a base
+    commit of memsync's own whose parent is ``tip``.
+    """
+    if tip is not None and dict(entries) == dict(tip_snapshot):
+        target = tip
+    else:
+        target = _base_commit_for(mirror, entries, tip, when or datetime.now(UTC))
+    if target != expected_old:
+        mirror.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
+    return target
+
+
+def build_tree(mirror: Mirror, blobs: Mapping[str, str]) -> str:
+    """The tree id of ``{memory path: blob}``, at the paths' working-tree spellings."""
+    spelled = encode_paths(blobs)
+    index = pygit2.Index()
+    with translated("building a tree"):
+        for memory_path, blob in blobs.items():
+            index.add(pygit2.IndexEntry(spelled[memory_path], pygit2.Oid(hex=blob), FileMode.BLOB))
+        return str(index.write_tree(mirror._repo))
+
+
+def _base_commit_for(
+    mirror: Mirror, entries: Mapping[str, SnapshotEntry], tip: str | None, when: datetime
+) -> str:
+    tree = build_tree(mirror, {path: entry.blob for path, entry in entries.items()})
+    lines = [f"{entries[path].memory_id} {quote_for_message(path)}" for path in sorted(entries)]
+    body = "\n".join(lines)
+    message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
+    stamp = int(when.timestamp())
+    signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
+    parents = [pygit2.Oid(hex=tip)] if tip is not None else []
+    with translated("writing the base commit"):
+        return str(
+            mirror._repo.create_commit(None, signature, signature, message, pygit2.Oid(hex=tree), parents)
+        )
+
+
+def _is_base_message(message: str) -> bool:
+    return message.startswith(_BASE_SUMMARY + "\n") and message.rstrip("\n").endswith(BASE_FORMAT_TRAILER)
+
+
+def _parse_base_ids(message: str, commit: str) -> dict[str, str]:
+    owners: dict[str, str] = {}
+    paragraphs = message.rstrip("\n").split("\n\n")
+    body = paragraphs[1] if len(paragraphs) == 3 else ""
+    for line in body.split("\n") if body else []:
+        memory_id, _, spelled = line.partition(" ")
+        try:
+            path = unquote_from_message(spelled)
+        except ValueError:
+            path = ""
+        if not memory_id or not set(memory_id) <= _ID_CHARS or not path or path in owners:
+            raise MirrorError(f"the base commit {commit} has a malformed memory line: {line[:80]!r}")
+        owners[path] = memory_id
+    return owners
+
+
+def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
+    """Write ``data`` as a blob (a loose object: memsync writes only a few this way); its id."""
+    with translated("writing a blob"):
+        blob = str(mirror._repo.create_blob(data))
+    hashes.learn(blob, hashlib.sha256(data).hexdigest())
+    return blob
+
+
+def blob_id(data: bytes) -> str:
+    """git's blob id of ``data``, computed without writing anything."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    digest.update(b"blob %d\0" % len(data))
+    digest.update(data)
+    return digest.hexdigest()

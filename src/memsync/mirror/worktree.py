@@ -1,0 +1,503 @@
+"""The checkout's files as memories: reading them safely, and writing what reconciling decides.
+
+**What is a memory** (design.md §2, "The checkout is plain bytes"). A regular file of the working tree
+whose path decodes to a memory path. Symlinks, fifos, sockets and devices are reported, never read and
+never followed (``lstat`` decides, and files are opened with ``O_NOFOLLOW``, so a link swapped in
+after the ``lstat`` is still not followed). File modes are ignored. Files git ignores (the editor
+temporaries of ``.git/info/exclude``) are not memories unless git already tracks them or the path
+is a memory already. A file whose name has no memory path (``100%.md``, two spellings of one memory)
+is a *stray*: reported with the reason, never touched.
+
+**Writing.** :func:`apply_checkout` carries out the checkout half of a plan: every change names
+what the file must hold before it is touched (``expected_sha256``; None: absent), and everything is
+re-checked before anything is written, so a file the user saved meanwhile is never overwritten
+(:class:`WorktreeChanged`: re-plan). Files are replaced atomically (a temporary named like an editor
+temporary, then ``rename``). A file that is also a directory of another memory is spelt with the
+``%_`` suffix (docs/mirror.md), which depends on the whole set of paths, so files whose spelling
+changes are moved as well.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pygit2
+from pygit2.enums import RepositoryState
+
+from memsync.errors import MirrorError, RuleViolation
+from memsync.mirror.errors import PathEncodingError, translated
+from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
+from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
+
+if TYPE_CHECKING:
+    from memsync.mirror.repository import Mirror
+
+# memsync's own temporaries match the ".#*" line of .git/info/exclude, so git and the daemon's
+# watcher ignore them.
+TEMPORARY_PREFIX = ".#memsync-"
+_CHUNK = 1 << 16
+INDEX_LOCK_WAIT_S = 5.0
+
+
+class WorktreeChanged(MirrorError):
+    """A checkout file no longer holds what the plan saw: the user saved it meanwhile; re-plan."""
+
+    def __init__(self, tree_path: str, expected: str | None, found: str | None) -> None:
+        super().__init__(
+            f"{escape_for_terminal(tree_path)} changed while memsync was working on it"
+            f" (expected {_describe(expected)}, found {_describe(found)}); run again"
+        )
+        self.tree_path = tree_path
+        self.expected = expected
+        self.found = found
+
+
+def _describe(sha: str | None) -> str:
+    return "no file" if sha is None else ("a non-regular file" if sha == NOT_REGULAR else sha[:12])
+
+
+# What :func:`current_sha256` reports for a symlink or other non-regular file: never a real hash.
+NOT_REGULAR = "not-a-regular-file"
+
+
+@dataclass(frozen=True, slots=True)
+class WorktreeFile:
+    """One candidate memory in the checkout.
+
+    ``kind`` is ``file`` for a regular file (then ``sha256`` and ``blob`` are set and ``problem`` says
+    which content rule it breaks, if any) or ``symlink``, ``fifo``, ``socket``, ``device``, ``other``:
+    never read.
+    """
+
+    memory_path: str
+    tree_path: str
+    kind: str
+    sha256: str | None = None
+    blob: str | None = None
+    problem: str | None = None
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StrayFile:
+    """A file in the checkout that is no memory's spelling; ``reason`` says why and what to do."""
+
+    tree_path: str
+    reason: str
+
+
+@dataclass
+class WorktreeScan:
+    """The checkout's candidate memories by memory path, and the strays."""
+
+    files: dict[str, WorktreeFile] = field(default_factory=dict)
+    strays: list[StrayFile] = field(default_factory=list)
+
+
+def scan_worktree(mirror: Mirror, dialect: Dialect, *, known: Set[str] = frozenset()) -> WorktreeScan:
+    """Read the working tree (``.git`` excluded), hashing regular files without following links.
+
+    ``known`` are memory paths that count whatever git's ignore rules say (the base's and the store's
+    memories); an untracked file git ignores is skipped otherwise.
+    """
+    repo = mirror._repo
+    root = mirror.path
+    with translated("reading the index"):
+        repo.index.read(False)
+        tracked = {entry.path for entry in repo.index}
+    scan = WorktreeScan()
+    seen: dict[str, str] = {}
+    for tree_path, info in _walk(root):
+        try:
+            memory_path = decode_path(tree_path)
+        except PathEncodingError as exc:
+            if tree_path not in tracked and _ignored(repo, tree_path):
+                continue
+            scan.strays.append(StrayFile(tree_path, str(exc)))
+            continue
+        if tree_path not in tracked and memory_path not in known and _ignored(repo, tree_path):
+            continue
+        other = seen.get(memory_path)
+        if other is not None:
+            scan.strays.append(
+                StrayFile(
+                    tree_path,
+                    f"{escape_for_terminal(other)} and {escape_for_terminal(tree_path)} are two spellings of"
+                    f" the memory {escape_for_terminal(memory_path)}; keep one of them",
+                )
+            )
+            continue
+        seen[memory_path] = tree_path
+        scan.files[memory_path] = _inspect(root / tree_path, tree_path, memory_path, info, dialect)
+    return scan
+
+
+def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
+    """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
+    found: dict[str, str] = {}
+    for tree_path, _ in _walk(mirror.path):
+        try:
+            found.setdefault(decode_path(tree_path), tree_path)
+        except PathEncodingError:
+            continue
+    return found
+
+
+def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
+    """``(tree path, lstat)`` of every non-directory below ``root``, ``.git`` left out, links not followed."""
+    pending = [""]
+    while pending:
+        prefix = pending.pop()
+        try:
+            entries = sorted(os.scandir(root / prefix if prefix else root), key=lambda e: e.name)
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            tree_path = f"{prefix}{entry.name}"
+            if not prefix and entry.name == ".git":
+                continue
+            if entry.name.startswith(TEMPORARY_PREFIX):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(tree_path + "/")
+            else:
+                yield tree_path, info
+
+
+def _ignored(repo: pygit2.Repository, tree_path: str) -> bool:
+    with translated(f"checking whether git ignores {tree_path}"):
+        return bool(repo.path_is_ignored(tree_path))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "other"
+
+
+def _inspect(
+    full: Path, tree_path: str, memory_path: str, info: os.stat_result, dialect: Dialect
+) -> WorktreeFile:
+    kind = _kind(info.st_mode)
+    if kind != "file":
+        return WorktreeFile(memory_path, tree_path, kind)
+    try:
+        sha, blob, size, data = _hash_file(full)
+    except _NotRegular as exc:
+        return WorktreeFile(memory_path, tree_path, exc.kind)
+    except FileNotFoundError:
+        # Deleted between the listing and the read: a later scan sees it gone.
+        return WorktreeFile(memory_path, tree_path, "other", problem="it disappeared while being read")
+    problem: str | None = None
+    if data is None:
+        problem = str(
+            RuleViolation("content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)")
+        )
+    else:
+        try:
+            decode_content(data, dialect)
+        except RuleViolation as exc:
+            problem = str(exc)
+    return WorktreeFile(memory_path, tree_path, kind, sha, blob, problem, size)
+
+
+class _NotRegular(Exception):
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _open_regular(full: Path) -> int:
+    """A read descriptor on a regular file, never through a symlink and never blocking on a fifo."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotRegular("symlink") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise _NotRegular("other") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _NotRegular(_kind(mode))
+    return fd
+
+
+def _hash_file(full: Path) -> tuple[str, str | None, int, bytes | None]:
+    """``(sha256, blob id, size, bytes)``; blob id and bytes are None for a file too large to be a memory."""
+    fd = _open_regular(full)
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size <= MAX_CONTENT_BYTES:
+            data = handle.read(MAX_CONTENT_BYTES + 1)
+            if len(data) <= MAX_CONTENT_BYTES:
+                sha, blob = _hashes(data)
+                return sha, blob, len(data), data
+            handle.seek(0)
+        # Too large to be a memory: hash it in chunks (it is only ever reported), never hold it.
+        digest = hashlib.sha256()
+        total = 0
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            total += len(chunk)
+        return digest.hexdigest(), None, total, None
+
+
+def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
+    """git's blob id of the regular file at ``tree_path`` (None: absent, not regular, or too large)."""
+    try:
+        return _hash_file(mirror.path / tree_path)[1]
+    except (_NotRegular, OSError):
+        return None
+
+
+def _hashes(data: bytes) -> tuple[str, str]:
+    blob = hashlib.sha1(usedforsecurity=False)
+    blob.update(b"blob %d\0" % len(data))
+    blob.update(data)
+    return hashlib.sha256(data).hexdigest(), blob.hexdigest()
+
+
+# --- reading and checking single files -----------------------------------------------------------
+
+
+def spellings(memory_path: str) -> tuple[str, str]:
+    """The two working-tree spellings a memory's file can have (without and with ``%_``)."""
+    return encode_path(memory_path), encode_path(memory_path, directory_sibling=True)
+
+
+def locate(mirror: Mirror, memory_path: str) -> str | None:
+    """The tree path of the memory's file in the checkout now (either spelling), or None."""
+    found = [p for p in spellings(memory_path) if os.path.lexists(mirror.path / p)]
+    found = [p for p in found if not os.path.isdir(mirror.path / p) or os.path.islink(mirror.path / p)]
+    if len(found) > 1:
+        raise MirrorError(
+            f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
+            f" {escape_for_terminal(memory_path)}; keep one of them and run again"
+        )
+    return found[0] if found else None
+
+
+def current_sha256(mirror: Mirror, memory_path: str) -> str | None:
+    """The SHA-256 of the memory's checkout file now; None if absent; :data:`NOT_REGULAR` for a link."""
+    tree_path = locate(mirror, memory_path)
+    if tree_path is None:
+        return None
+    try:
+        return _hash_file(mirror.path / tree_path)[0]
+    except _NotRegular:
+        return NOT_REGULAR
+    except FileNotFoundError:
+        return None
+
+
+def read_worktree(mirror: Mirror, memory_path: str, expected_sha256: str) -> bytes:
+    """The bytes of the memory's checkout file, which must still hash to ``expected_sha256``."""
+    tree_path = locate(mirror, memory_path) or encode_path(memory_path)
+    try:
+        fd = _open_regular(mirror.path / tree_path)
+    except _NotRegular:
+        raise WorktreeChanged(tree_path, expected_sha256, NOT_REGULAR) from None
+    except FileNotFoundError:
+        raise WorktreeChanged(tree_path, expected_sha256, None) from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_CONTENT_BYTES + 1)
+    found = hashlib.sha256(data).hexdigest()
+    if found != expected_sha256:
+        raise WorktreeChanged(tree_path, expected_sha256, found)
+    return data
+
+
+# --- writing the checkout ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CheckoutChange:
+    """Make the memory's checkout file hold ``data`` (None: remove it), if it now hashes to
+    ``expected_sha256`` (None: it must be absent)."""
+
+    memory_path: str
+    data: bytes | None
+    expected_sha256: str | None
+
+
+def apply_checkout(
+    mirror: Mirror, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]
+) -> list[str]:
+    """Carry out ``changes``; ``present`` maps the memory paths the checkout has files for to their
+    working-tree paths (as a scan found them).
+
+    Every expectation is checked first (:class:`WorktreeChanged`, nothing written). Files whose
+    spelling changes with the new set of paths (the ``%_`` suffix) are moved, changed or not. Returns
+    warnings (a spelling that could not change because something else occupies the name).
+    """
+    by_path = {change.memory_path: change for change in changes}
+    if len(by_path) != len(changes):
+        raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
+    for change in changes:
+        _check_unchanged(mirror, change.memory_path, change.expected_sha256)
+    removed = {c.memory_path for c in changes if c.data is None}
+    final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
+    target = encode_paths(final)
+    pending: list[_Step] = []
+    for memory_path in sorted(final):
+        wanted = by_path.get(memory_path)
+        if wanted is not None:
+            pending.append(_Step(memory_path, target[memory_path], locate(mirror, memory_path), wanted))
+        elif present[memory_path] != target[memory_path]:
+            pending.append(_Step(memory_path, target[memory_path], present[memory_path], None))
+    if not removed and not pending:
+        return []
+    root = mirror.path
+    for memory_path in sorted(removed):
+        gone = locate(mirror, memory_path)
+        if gone is not None:
+            _check_unchanged(mirror, memory_path, by_path[memory_path].expected_sha256)
+            os.unlink(root / gone)
+            _prune(root, gone)
+    warnings: list[str] = []
+    while pending:
+        progress = False
+        for step in list(pending):
+            if step.try_run(mirror):
+                pending.remove(step)
+                progress = True
+        if progress:
+            continue
+        for step in pending:
+            if step.change is not None:
+                raise MirrorError(
+                    f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
+                    " way (a file git ignores, or one that is no memory's spelling); move it and run again"
+                )
+            warnings.append(
+                f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
+                f" {escape_for_terminal(step.target)}, but something else is in the way"
+            )
+        break
+    return warnings
+
+
+@dataclass
+class _Step:
+    memory_path: str
+    target: str
+    where: str | None
+    change: CheckoutChange | None
+
+    def try_run(self, mirror: Mirror) -> bool:
+        """Write or move the file; False when the way is blocked for now (a file where a folder must go)."""
+        root = mirror.path
+        destination = root / self.target
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            return False
+        if os.path.isdir(destination) and not os.path.islink(destination):
+            try:
+                destination.rmdir()
+            except OSError:
+                return False
+        if self.change is None:
+            assert self.where is not None
+            if os.path.lexists(destination):
+                return False
+            try:
+                os.rename(root / self.where, destination)
+            except FileNotFoundError:
+                raise WorktreeChanged(self.where, "a file", None) from None
+            _prune(root, self.where)
+            return True
+        assert self.change.data is not None
+        _check_unchanged(mirror, self.memory_path, self.change.expected_sha256)
+        temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
+        with open(temporary, "xb") as out:
+            out.write(self.change.data)
+        try:
+            if self.where is not None and self.where != self.target and os.path.lexists(destination):
+                return _give_up(temporary)
+            os.replace(temporary, destination)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        if self.where is not None and self.where != self.target:
+            (root / self.where).unlink(missing_ok=True)
+            _prune(root, self.where)
+        return True
+
+
+def _give_up(temporary: Path) -> bool:
+    temporary.unlink(missing_ok=True)
+    return False
+
+
+def _check_unchanged(mirror: Mirror, memory_path: str, expected: str | None) -> None:
+    """Re-check just before touching the file: the user may have saved it since the first check."""
+    found = current_sha256(mirror, memory_path)
+    if found != expected:
+        raise WorktreeChanged(locate(mirror, memory_path) or encode_path(memory_path), expected, found)
+
+
+def _prune(root: Path, tree_path: str) -> None:
+    """Remove the folders of ``tree_path`` that are now empty, deepest first."""
+    parts = tree_path.split("/")[:-1]
+    while parts:
+        try:
+            (root / "/".join(parts)).rmdir()
+        except OSError:
+            return
+        parts.pop()
+
+
+# --- git's own state -------------------------------------------------------------------------------
+
+
+def wait_for_index_lock(mirror: Mirror, timeout: float | None = None) -> None:
+    """Wait briefly (:data:`INDEX_LOCK_WAIT_S`) while git holds ``.git/index.lock``; then a clear error."""
+    lock = mirror.git_dir / "index.lock"
+    deadline = time.monotonic() + (INDEX_LOCK_WAIT_S if timeout is None else timeout)
+    while lock.exists():
+        if time.monotonic() >= deadline:
+            raise MirrorError(
+                f"git is working in {mirror.path} ({lock} exists): wait for it to finish and run again;"
+                " if no git command is running, a crashed one left the file behind: delete it"
+            )
+        time.sleep(0.05)
+
+
+def head_problem(mirror: Mirror) -> str | None:
+    """Why the checkout cannot be reconciled now (HEAD off ``main``, a git operation underway), or None."""
+    repo = mirror._repo
+    with translated("reading HEAD"):
+        if not repo.head_is_unborn and (repo.head_is_detached or repo.head.name != mirror.MAIN_REF):
+            return "HEAD is not on main: run `git switch main` in the mirror, then sync again"
+        state = repo.state()
+    if state != RepositoryState.NONE:
+        name = RepositoryState(state).name.lower().replace("_", " ")
+        return (
+            f"a git {name} is in progress in the mirror: finish it or abort it (git status says how),"
+            " then sync again"
+        )
+    return None
