@@ -306,6 +306,279 @@ def daemon(ctx: click.Context, once: bool, max_failures: int | None, as_json: bo
     ctx.exit(run_daemon(config, max_failures=max_failures))
 
 
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option(
+    "--dry-run", is_flag=True, help="Predict per file (push, merge, conflict, rejected); write nothing."
+)
+@click.option(
+    "--force", is_flag=True, help="Let this push delete more than push.max_delete_share of a store."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force: bool, as_json: bool) -> None:
+    """Push the checkout's edits (created, modified, deleted, renamed files) to the selected stores.
+
+    Pulls first, then reconciles three ways against the last reconciled state: clean merges are
+    pushed, overlapping edits become conflicts (memsync status, memsync resolve). Exit 4 when
+    conflicts, rejected files or withheld deletes wait for you.
+    """
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.cycle import run_cycle
+    from memsync.sync.push import predict_push
+    from memsync.sync.stores import client_for, select_stores
+
+    config = _load_config(ctx)
+    share = config.push.max_delete_share
+    reports: list[dict[str, Any]] = []
+    codes: list[int] = []
+    with client_for(config) as client:
+        selection = select_stores(client, config, store_names)
+        for store in selection.stores:
+            if dry_run:
+                predicted = predict_push(
+                    client, store, config.mirror.root, force=force, max_delete_share=share
+                )
+                reports.append(predicted.to_json())
+                codes.append(predicted.exit_code)
+            else:
+                done = run_cycle(client, store, config.mirror.root, force=force, max_delete_share=share)
+                reports.append(done.to_json())
+                codes.append(done.exit_code)
+    _emit(reports, as_json, _describe_prediction if dry_run else _describe_cycle)
+    ctx.exit(combine_exit_codes(codes))
+
+
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def sync(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> None:
+    """One full cycle per selected store: pull, reconcile the checkout, push, import what was pushed."""
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.cycle import CycleReport, run_cycle
+    from memsync.sync.pull import PullReport
+    from memsync.sync.stores import client_for, select_stores
+
+    config = _load_config(ctx)
+    done: list[CycleReport] = []
+    with client_for(config) as client:
+        selection = select_stores(client, config, store_names)
+        for store in selection.stores:
+            done.append(
+                run_cycle(client, store, config.mirror.root, max_delete_share=config.push.max_delete_share)
+            )
+    for store_id in selection.deleted_remotely:
+        gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
+        gone.warnings.append("the store was deleted remotely (or this token lost access); its mirror is kept")
+        done.append(CycleReport(store_id=store_id, pull=gone))
+    _emit([r.to_json() for r in done], as_json, _describe_cycle)
+    ctx.exit(combine_exit_codes(r.exit_code for r in done))
+
+
+def _describe_cycle(report: dict[str, Any]) -> str:
+    from memsync.mirror import escape_for_terminal as esc
+
+    head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
+    if report["deleted_remotely"]:
+        return f"{head}: deleted remotely; mirror kept at {report['path']}"
+    push = report["push"] or {}
+    parts = [f"imported {report['imported']} version(s)", f"pushed {report['pushed']} change(s)"]
+    if push.get("checkout"):
+        parts.append(f"{len(push['checkout'])} checkout file(s) written")
+    lines = [f"{head}: {', '.join(parts)} -> {report['path']}"]
+    for item in push.get("pushed", []):
+        moved = f" -> {esc(item['to'])}" if "to" in item else ""
+        lines.append(f"  pushed: {item['action']} {esc(item['path'])}{moved}")
+    for item in push.get("notices", []):
+        lines.append(f"  note: {esc(item['path'])}: {esc(item['reason'])}")
+    for item in push.get("conflicts", []):
+        lines.append(
+            f"  conflict: {esc(item['path'])}: {esc(item['reason'])}; edit it, then run"
+            f" `memsync resolve {esc(item['path'])}` (or --ours / --theirs); sides kept in {esc(item['ref'])}"
+        )
+    for item in report["rejected"]:
+        lines.append(f"  rejected: {esc(item['path'])}: {esc(item['reason'])}")
+    for item in report["withheld"]:
+        lines.append(f"  withheld: {esc(item['path'])}: {esc(item['reason'])}")
+    if report.get("kept_commits"):
+        lines.append(
+            "  your local commits were pushed; main was reset to memstore/main and the old main is kept"
+            f" as {report['kept_commits']}"
+        )
+    lines += [f"  warning: {esc(w)}" for w in report["warnings"] + push.get("warnings", [])]
+    if report["error"]:
+        lines.append(f"  error: {esc(report['error'])}")
+    return "\n".join(lines)
+
+
+def _describe_prediction(report: dict[str, Any]) -> str:
+    from memsync.mirror import escape_for_terminal as esc
+
+    head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
+    lines = [f"{head}: dry run, nothing written -> {report['path']}"]
+    for item in report.get("predicted", []):
+        moved = f" -> {esc(item['to'])}" if "to" in item else ""
+        lines.append(f"  {item['outcome']:<9} {item['action']:<7} {esc(item['path'])}{moved}")
+    if len(lines) == 1:
+        lines.append("  nothing to push")
+    for item in report["rejected"] + report["withheld"]:
+        lines.append(f"  {esc(item['path'])}: {esc(item['reason'])}")
+    lines += [f"  warning: {esc(w)}" for w in report["warnings"]]
+    if report["error"]:
+        lines.append(f"  error: {esc(report['error'])}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def status(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> None:
+    """Conflicts, rejected files and pending pushes of each mirror, and the daemon's live state.
+
+    Reads the mirrors only: no network, no lock (it works while the daemon runs). Exit 4 when
+    conflicts, rejected files or withheld deletes wait for you.
+    """
+    from memsync.daemon import read_state
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.status import mirror_status, select_mirrors
+
+    config = _load_config(ctx)
+    found = []
+    for path in select_mirrors(config.mirror.root, store_names):
+        report = mirror_status(path, config.api.dialect, max_delete_share=config.push.max_delete_share)
+        report.daemon = _daemon_state(read_state(path))
+        found.append(report)
+    _emit([r.to_json() for r in found], as_json, _describe_status)
+    ctx.exit(combine_exit_codes(r.exit_code for r in found))
+
+
+def _daemon_state(state: Any) -> dict[str, Any] | None:
+    """The live fields of the daemon's state file (docs/daemon.md), or None without a daemon."""
+    if state is None:
+        return None
+    # "stopped": the daemon that wrote the file exited (docs/daemon.md); a kill -9 leaves another
+    # status behind, so the pid decides too.
+    alive = state.status != "stopped" and _pid_alive(state.daemon_pid)
+    lag = state.lag()
+    last = state.last_cycle
+
+    def iso(value: Any) -> str | None:
+        return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+    return {
+        "running": alive,
+        "status": state.status if alive else "stopped",
+        "last_success": iso(state.last_success),
+        "lag_seconds": None if lag is None else round(lag, 3),
+        "paused": state.paused,
+        "pause_reason": state.pause_reason,
+        "next_run": iso(state.next_run) if alive else None,
+        "consecutive_failures": state.consecutive_failures,
+        "last_result": last.result if last else None,
+        "last_error": last.error if last else None,
+        "updated_at": iso(state.updated_at),
+    }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe_status(report: dict[str, Any]) -> str:
+    from memsync.mirror import escape_for_terminal as esc
+
+    head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
+    counts = [
+        f"{len(report['conflicts'])} conflict(s)",
+        f"{len(report['rejected'])} rejected",
+        f"{len(report['pending'])} change(s) to push",
+    ]
+    if report["withheld"]:
+        counts.append(f"{len(report['withheld'])} delete(s) withheld")
+    lines = [f"{head}: {', '.join(counts)} -> {report['path']}"]
+    daemon_state = report["daemon"]
+    if daemon_state is None:
+        lines.append("  daemon: no state (not run for this store)")
+    else:
+        lag = daemon_state["lag_seconds"]
+        bits = [daemon_state["status"]]
+        if daemon_state["paused"]:
+            bits.append(f"paused: {esc(daemon_state['pause_reason'] or '')}")
+        if daemon_state["last_success"]:
+            bits.append(f"last success {daemon_state['last_success']} ({lag:.0f} s ago)")
+        if daemon_state["next_run"]:
+            bits.append(f"next run {daemon_state['next_run']}")
+        lines.append(f"  daemon: {', '.join(bits)}")
+    for item in report["conflicts"]:
+        lines.append(
+            f"  conflict: {esc(item['path'])}: {esc(item['reason'])} (since {item['recorded_at']}; sides"
+            f" in {esc(item['ref'])}); edit it and run `memsync resolve {esc(item['path'])}`, or --ours"
+            " / --theirs"
+        )
+    for item in report["rejected"]:
+        lines.append(f"  rejected: {esc(item['path'])}: {esc(item['reason'])}")
+    for item in report["withheld"]:
+        lines.append(f"  withheld: {esc(item['path'])}: {esc(item['reason'])}")
+    for item in report["pending"]:
+        moved = f" -> {esc(item['to'])}" if "to" in item else ""
+        lines.append(f"  to push: {item['action']} {esc(item['path'])}{moved}")
+    for ref in report["kept_commits"]:
+        lines.append(f"  kept local commits: {ref}")
+    if report["error"]:
+        lines.append(f"  error: {esc(report['error'])}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--ours", is_flag=True, help="Take the checkout's content (the local side).")
+@click.option("--theirs", is_flag=True, help="Take the store's content (the remote side).")
+@click.option("--store", "store_id", default=None, metavar="ID", help="The store, when several have PATH.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def resolve(
+    ctx: click.Context, path: str, ours: bool, theirs: bool, store_id: str | None, as_json: bool
+) -> None:
+    """End the conflict at PATH; the next push or sync sends the resolution.
+
+    --ours takes the checkout's content, --theirs the store's; without either, the file as you
+    edited it. PATH is absolute, or relative to the current folder inside a mirror, or else to the
+    root of the one mirror with a conflict there (--store ID when several have).
+    """
+    from memsync.mirror import escape_for_terminal as esc
+    from memsync.sync.resolve import OURS, THEIRS, find_target, resolve_conflict
+
+    if ours and theirs:
+        raise UsageError(
+            "--ours and --theirs exclude each other: pick one (or neither, after editing the file)"
+        )
+    config = _load_config(ctx)
+    target = find_target(path, cwd=Path.cwd(), root=config.mirror.root, store=store_id)
+    done = resolve_conflict(target, OURS if ours else THEIRS if theirs else None, config.api.dialect)
+    words = {
+        "ours": "with the checkout's content",
+        "theirs": "with the store's content",
+        "edited": "with the file as you edited it",
+        "deleted": "as a delete",
+    }
+    _emit(
+        [done.to_json()],
+        as_json,
+        lambda r: (
+            f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; the next memsync push or sync"
+            " sends it"
+        ),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)

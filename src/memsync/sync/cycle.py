@@ -1,8 +1,9 @@
-"""One store's cycle, the unit both the CLI (`memsync sync`) and the daemon run.
+"""One store's cycle, the unit both the CLI (`memsync sync`, `memsync push`) and the daemon run.
 
 design.md §3: scheduler ticks and watcher events both request the same per-store cycle — pull (import
 new versions) → reconcile the checkout → push local edits → import what the push created. This module
-is that sequence; callers hold no git or HTTP knowledge of their own.
+is that sequence, under the store's lock from start to end (so the CLI and the daemon never interleave
+a pull and a push); callers hold no git or HTTP knowledge of their own.
 """
 
 from __future__ import annotations
@@ -12,41 +13,135 @@ from pathlib import Path
 from typing import Any
 
 from memsync.api import Client, Store
-from memsync.sync.pull import PullReport, pull_store
+from memsync.errors import LockHeld, MemsyncError, combine_exit_codes
+from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
+from memsync.sync.push import (
+    DEFAULT_MAX_DELETE_SHARE,
+    PushReport,
+    needs_reconcile,
+    reconcile,
+    report_open_conflicts,
+)
 
 
 @dataclass
 class CycleReport:
-    """The outcome of one cycle: ``changed`` (anything imported or pushed), ``ok``, and the parts."""
+    """The outcome of one cycle: ``changed`` (anything imported, pushed or written), ``ok``, the parts.
+
+    ``conflicts`` (working-tree paths of the open conflicts) and ``rejected`` (``{"path", "reason"}``)
+    are what the daemon's state file shows; ``push`` is None when the pull failed or the lock was busy.
+    """
 
     store_id: str
     pull: PullReport
+    push: PushReport | None = None
     pushed: int = 0
     conflicts: list[str] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.pull.ok
+        return self.pull.ok and (self.push is None or self.push.ok)
+
+    @property
+    def error(self) -> str | None:
+        """The first error of the cycle (the pull's, else the push's), or None."""
+        return self.pull.error or (self.push.error if self.push is not None else None)
 
     @property
     def changed(self) -> bool:
-        return self.pull.imported > 0 or self.pushed > 0
+        wrote = self.push is not None and bool(self.push.checkout)
+        return self.pull.imported > 0 or self.pushed > 0 or wrote
 
     @property
     def exit_code(self) -> int:
-        return self.pull.exit_code
+        codes = [self.pull.exit_code]
+        if self.push is not None:
+            codes.append(self.push.exit_code)
+        return combine_exit_codes(codes)
 
     def to_json(self) -> dict[str, Any]:
+        push = self.push
         return {
             **self.pull.to_json(),
+            "ok": self.ok,
+            "error": self.error,
             "pushed": self.pushed,
-            "conflicts": self.conflicts,
+            "conflicts": [{"path": path} for path in self.conflicts],
             "rejected": self.rejected,
+            "withheld": push.withheld if push is not None else [],
+            "kept_commits": push.kept_commits if push is not None else None,
+            "push": push.to_json() if push is not None else None,
         }
 
 
-def run_cycle(client: Client, store: Store, root: Path, *, full_scan: bool = False) -> CycleReport:
-    """Pull, then (once push lands) reconcile and push; errors end up in the report, never raised."""
-    report = pull_store(client, store, root, full_scan=full_scan)
-    return CycleReport(store_id=store.id, pull=report)
+def run_cycle(
+    client: Client,
+    store: Store,
+    root: Path,
+    *,
+    full_scan: bool = False,
+    force: bool = False,
+    max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
+) -> CycleReport:
+    """Pull, reconcile and push one store; errors end up in the report, never raised.
+
+    ``force`` lets a push delete more than ``max_delete_share`` of the store (config
+    ``push.max_delete_share``; the delete guard of the reconcile planner).
+    """
+    try:
+        with store_lock(root, store.id):
+            pull = pull_store(client, store, root, full_scan=full_scan, locked=True)
+            push: PushReport | None = None
+            if pull.ok:
+                push = PushReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
+                _push(client, store, root, pull, push, force=force, max_delete_share=max_delete_share)
+    except LockHeld as exc:
+        pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
+        pull.fail(str(exc), exc.exit_code)
+        push = None
+    report = CycleReport(store_id=store.id, pull=pull, push=push)
+    if push is not None:
+        report.pushed = len(push.pushed)
+        report.conflicts = [conflict["path"] for conflict in push.conflicts]
+        report.rejected = list(push.rejected)
+    return report
+
+
+def _push(
+    client: Client,
+    store: Store,
+    root: Path,
+    pull: PullReport,
+    push: PushReport,
+    *,
+    force: bool,
+    max_delete_share: float,
+) -> None:
+    def import_new_versions() -> None:
+        again = pull_store(client, store, root, locked=True)
+        pull.imported += again.imported
+        pull.requests += again.requests
+        pull.skipped += again.skipped
+        pull.warnings += again.warnings
+        pull.tip = again.tip
+        if not again.ok:
+            raise MemsyncError(f"importing the store's new versions: {again.error}")
+
+    try:
+        with open_mirror(root, store.id) as mirror:
+            if not needs_reconcile(mirror):
+                report_open_conflicts(mirror, push)
+                return
+            reconcile(
+                client,
+                store,
+                mirror,
+                push,
+                import_new_versions,
+                force=force,
+                max_delete_share=max_delete_share,
+            )
+            pull.tip = mirror.tip()
+    except MemsyncError as exc:
+        push.fail(str(exc), exc.exit_code)

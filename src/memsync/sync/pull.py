@@ -22,6 +22,7 @@ The flow of one store (design.md §2, §5; api.md §6):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -148,12 +149,16 @@ def pull_store(
     full_scan: bool = False,
     skip_versions: frozenset[str] = frozenset(),
     progress: Progress | None = None,
+    locked: bool = False,
 ) -> PullReport:
-    """Pull one store into ``root/<store id>``; errors are caught into the report, never raised."""
+    """Pull one store into ``root/<store id>``; errors are caught into the report, never raised.
+
+    ``locked``: the caller already holds :func:`store_lock` (a whole sync cycle runs under it).
+    """
     report = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
     before = client.request_count
     try:
-        with store_lock(root, store.id):
+        with contextlib.nullcontext() if locked else store_lock(root, store.id):
             mirror = open_mirror(root, store.id)
             first_import = mirror.tip() is None
             importer = _Importer(client, store, mirror, report, skip_versions, progress)

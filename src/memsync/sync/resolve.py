@@ -1,0 +1,220 @@
+"""``memsync resolve``: end a recorded conflict, so the next push or sync sends the resolution.
+
+Memories may contain ``<<<<<<<`` naturally, so removing markers from a file never ends a conflict;
+only this does. The resolution is the checkout's content (``--ours``: the local side as it was when
+the conflict was recorded), the store's (``--theirs``: the remote side then), or, without either, the
+file as the user edited it (refused while it still holds exactly the markers memsync wrote; a deleted
+file resolves to a delete). The file is written, the conflict's ref moves to
+``refs/memsync/resolved/``, and the base entry of the path is the remote version the conflict was made
+against, so the push that follows carries that version's hash as its precondition: a store that moved
+on since answers 409 and the resolution is merged against the newer content.
+
+Which mirror: PATH is absolute; or relative to the current folder when that is inside a mirror; or
+else relative to the root of the one mirror with a conflict at that path (``store`` picks one when
+several have).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memsync.errors import MemsyncError, RuleViolation, UsageError, UserError
+from memsync.mirror import (
+    NOT_REGULAR,
+    BlobHashes,
+    CheckoutChange,
+    ConflictRecord,
+    Mirror,
+    SnapshotEntry,
+    apply_checkout,
+    commit_snapshot,
+    conflict_blob,
+    conflict_side,
+    current_sha256,
+    decode_path,
+    end_conflict,
+    escape_for_terminal,
+    locate,
+    open_conflicts,
+    read_base,
+    read_worktree,
+    wait_for_index_lock,
+    worktree_memory_paths,
+    write_base,
+)
+from memsync.rules import Dialect, decode_content
+from memsync.sync.pull import store_lock
+from memsync.sync.stores import existing_mirrors
+
+OURS = "ours"
+THEIRS = "theirs"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The conflict a PATH argument names: the mirror's working tree and the memory path."""
+
+    mirror: Path
+    memory_path: str
+    tree_path: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What :func:`resolve_conflict` did."""
+
+    store_id: str
+    path: str
+    choice: str  # ours | theirs | edited | deleted
+    resolved_ref: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.store_id,
+            "ok": True,
+            "error": None,
+            "path": self.path,
+            "resolution": self.choice,
+            "resolved_ref": self.resolved_ref,
+        }
+
+
+def find_target(path: str, *, cwd: Path, root: Path, store: str | None = None) -> Target:
+    """Which mirror and memory ``path`` means (see the module docstring)."""
+    given = Path(path)
+    if given.is_absolute():
+        enclosing = _enclosing_mirror(given)
+        if enclosing is None:
+            raise UserError(
+                f"{escape_for_terminal(path)} is not inside a memsync mirror (the mirrors are under {root})"
+            )
+        return _target_in(enclosing, given, path)
+    here = _enclosing_mirror(cwd)
+    if here is not None and store is None:
+        return _target_in(here, cwd / given, path)
+    candidates = [m for m in existing_mirrors(root) if store is None or m.name == store]
+    if store is not None and not candidates:
+        raise UsageError(f"there is no mirror of store {store} under {root}")
+    found: list[Target] = []
+    for mirror in candidates:
+        try:
+            target = _target_in(mirror, mirror / given, path)
+        except UserError:
+            continue
+        with Mirror.open(mirror) as opened:
+            if target.memory_path in open_conflicts(opened):
+                found.append(target)
+    if not found:
+        raise UserError(
+            f"no mirror under {root} has a conflict at {escape_for_terminal(path)}; memsync status lists"
+            " the conflicts"
+        )
+    if len(found) > 1:
+        stores = ", ".join(t.mirror.name for t in found)
+        raise UsageError(
+            f"several mirrors have a conflict at {escape_for_terminal(path)} ({stores}): add --store ID"
+        )
+    return found[0]
+
+
+def _enclosing_mirror(where: Path) -> Path | None:
+    """The mirror whose working tree contains ``where`` (its nearest folder with a ``.git``), or None."""
+    current = Path(os.path.abspath(where))
+    for candidate in [current, *current.parents]:
+        if (candidate / ".git").is_dir():
+            return candidate
+    return None
+
+
+def _target_in(mirror: Path, full: Path, given: str) -> Target:
+    relative = os.path.relpath(os.path.abspath(full), mirror)
+    if relative.startswith("..") or relative == ".":
+        raise UserError(f"{escape_for_terminal(given)} is not a file inside the mirror {mirror}")
+    tree_path = Path(relative).as_posix()
+    try:
+        memory_path = decode_path(tree_path)
+    except MemsyncError as exc:
+        raise UserError(f"{escape_for_terminal(given)} is no memory's file: {exc}") from None
+    return Target(mirror, memory_path, tree_path)
+
+
+def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Resolution:
+    """End the conflict at ``target``: write the chosen side (or take the edited file), move the base."""
+    mirror_path = target.mirror
+    with store_lock(mirror_path.parent, mirror_path.name), Mirror.open(mirror_path) as mirror:
+        record = open_conflicts(mirror).get(target.memory_path)
+        if record is None:
+            raise UserError(
+                f"there is no conflict at {escape_for_terminal(target.tree_path)} in {mirror_path};"
+                " memsync status lists the open ones"
+            )
+        wait_for_index_lock(mirror)
+        outcome = _apply(mirror, record, choice, dialect)
+        _base_from_conflict(mirror, record)
+        resolved = end_conflict(mirror, record)
+    where = locate_or(mirror_path, target)
+    return Resolution(mirror_path.name, where, outcome, resolved)
+
+
+def locate_or(mirror_path: Path, target: Target) -> str:
+    with Mirror.open(mirror_path) as mirror:
+        return locate(mirror, target.memory_path) or target.tree_path
+
+
+def _apply(mirror: Mirror, record: ConflictRecord, choice: str | None, dialect: Dialect) -> str:
+    path = record.memory_path
+    now = current_sha256(mirror, path)
+    if now == NOT_REGULAR:
+        raise UserError(
+            f"{escape_for_terminal(path)} is not a regular file in the checkout; replace it with a file first"
+        )
+    if choice in (OURS, THEIRS):
+        data = conflict_side(mirror, record, "local" if choice == OURS else "remote")
+        assert data is not None
+        _check(path, data, dialect)
+        apply_checkout(mirror, [CheckoutChange(path, data, now)], present=worktree_memory_paths(mirror))
+        return choice
+    if choice is not None:
+        raise UsageError(f"unknown resolution {choice!r}: use --ours or --theirs, or edit the file")
+    if now is None:
+        return "deleted"
+    if now == record.markers_sha256:
+        raise UserError(
+            f"{escape_for_terminal(path)} still holds the conflict markers memsync wrote: edit it to the"
+            " content you want (or delete it), or run resolve with --ours or --theirs"
+        )
+    _check(path, read_worktree(mirror, path, now), dialect)
+    return "edited"
+
+
+def _check(path: str, data: bytes, dialect: Dialect) -> None:
+    try:
+        decode_content(data, dialect)
+    except RuleViolation as exc:
+        raise UserError(
+            f"{escape_for_terminal(path)} cannot be pushed as it is ({exc}); fix it, then resolve again"
+        ) from None
+
+
+def _base_from_conflict(mirror: Mirror, record: ConflictRecord) -> None:
+    """The path's base becomes the remote version the conflict was made against (the push's precondition).
+
+    A normal reconcile already moved it there; this covers a reconcile that recorded the conflict and
+    then failed before moving the base.
+    """
+    hashes = BlobHashes(mirror)
+    base_ref, base = read_base(mirror, hashes)
+    remote_blob = conflict_blob(mirror, record, "remote")
+    assert remote_blob is not None
+    wanted = SnapshotEntry(remote_blob, record.remote_sha256, record.remote_memory_id)
+    if base.get(record.memory_path) == wanted:
+        return
+    entries = {**base, record.memory_path: wanted}
+    tip = mirror.tip()
+    write_base(
+        mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=commit_snapshot(mirror, tip, hashes)
+    )
+    hashes.save()

@@ -1,0 +1,177 @@
+"""``memsync status``: what waits for the user in each mirror, read without the lock or the network.
+
+For each mirror: the open conflicts (``refs/memsync/conflicts/``), the rejected files and withheld
+deletes, and what the next sync would push — found by running the reconcile planner against the last
+imported state (``memstore/main``), so the answer is the planner's own, not a second opinion. Nothing
+is written and no lock is taken: status may run while the daemon is in a cycle (it then shows the
+state of that moment). Paths are working-tree paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
+from memsync.errors import EXIT_ATTENTION, EXIT_FAILED, EXIT_OK, MemsyncError, UsageError
+from memsync.mirror import (
+    BlobHashes,
+    Mirror,
+    commit_snapshot,
+    open_conflicts,
+    pushed_refs,
+    read_base,
+    scan_worktree,
+)
+from memsync.mirror import encode_path as _encode_path
+from memsync.rules import Dialect
+from memsync.sync.push import (
+    DEFAULT_MAX_DELETE_SHARE,
+    PushReport,
+    local_entries,
+    report_notices,
+    snapshot_entries,
+    working_tree_path,
+)
+from memsync.sync.stores import existing_mirrors
+
+_PENDING = {Create: "create", Update: "update", Delete: "delete", Rename: "rename", Merge: "merge"}
+
+
+@dataclass
+class StatusReport:
+    """One mirror's waiting work; ``daemon`` is filled by the caller from the daemon's state file."""
+
+    id: str
+    path: str
+    name: str = ""
+    ok: bool = True
+    error: str | None = None
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, str]] = field(default_factory=list)
+    withheld: list[dict[str, str]] = field(default_factory=list)
+    pending: list[dict[str, str]] = field(default_factory=list)
+    incoming: int = 0
+    kept_commits: list[str] = field(default_factory=list)
+    tip: str | None = None
+    daemon: dict[str, Any] | None = None
+    code: int = EXIT_OK
+
+    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
+        self.ok = False
+        self.error = message
+        self.code = code
+
+    @property
+    def exit_code(self) -> int:
+        if not self.ok:
+            return self.code
+        return EXIT_ATTENTION if self.conflicts or self.rejected or self.withheld else EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "ok": self.ok,
+            "error": self.error,
+            "path": self.path,
+            "conflicts": self.conflicts,
+            "rejected": self.rejected,
+            "withheld": self.withheld,
+            "pending": self.pending,
+            "incoming": self.incoming,
+            "kept_commits": self.kept_commits,
+            "tip": self.tip,
+            "daemon": self.daemon,
+        }
+
+
+def select_mirrors(root: Path, named: Iterable[str]) -> list[Path]:
+    """The mirrors under ``root``: all, or those named by store id or by a glob over the store's name."""
+    import fnmatch
+
+    mirrors = existing_mirrors(root)
+    wanted = list(named)
+    if not wanted:
+        return mirrors
+    chosen: list[Path] = []
+    matched: set[str] = set()
+    for path in mirrors:
+        name = _store_name(path)
+        hits = [n for n in wanted if n == path.name or (name and fnmatch.fnmatchcase(name, n))]
+        if hits:
+            matched.update(hits)
+            chosen.append(path)
+    unknown = [n for n in wanted if n not in matched]
+    if unknown:
+        raise UsageError(
+            f"no mirror under {root} matches {', '.join(unknown)}; run memsync pull (or sync) to create it"
+        )
+    return chosen
+
+
+def _store_name(path: Path) -> str:
+    try:
+        with Mirror.open(path) as mirror:
+            store, _ = mirror.read_metadata()
+    except MemsyncError:
+        return ""
+    return str(store.get("name", "")) if store else ""
+
+
+def mirror_status(
+    path: Path, dialect: Dialect, *, max_delete_share: float = DEFAULT_MAX_DELETE_SHARE
+) -> StatusReport:
+    """The waiting work of the mirror at ``path``; errors end up in the report."""
+    report = StatusReport(id=path.name, path=str(path))
+    try:
+        with Mirror.open(path) as mirror:
+            _fill(mirror, dialect, max_delete_share, report)
+    except MemsyncError as exc:
+        report.fail(str(exc), exc.exit_code)
+    return report
+
+
+def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport) -> None:
+    store, _ = mirror.read_metadata()
+    report.name = str(store.get("name", "")) if store else ""
+    hashes = BlobHashes(mirror)  # not saved: status writes nothing
+    _, base = read_base(mirror, hashes)
+    report.tip = mirror.tip()
+    remote = commit_snapshot(mirror, report.tip, hashes)
+    scan = scan_worktree(mirror, dialect, known=set(base) | set(remote))
+    records = open_conflicts(mirror)
+    current = plan(
+        snapshot_entries(base),
+        local_entries(scan),
+        snapshot_entries(remote),
+        dialect=dialect,
+        open_conflicts=set(records),
+        max_delete_share=max_delete_share,
+    )
+    notes = PushReport(id=report.id)
+    report_notices(mirror, notes, current, scan)
+    report.rejected, report.withheld = notes.rejected, notes.withheld
+    for action in current.actions:
+        kind = _PENDING.get(type(action))
+        if kind is not None:
+            entry = {"path": working_tree_path(mirror, action.path), "action": kind}
+            if isinstance(action, Rename):
+                entry["to"] = _encode_path(action.new_path)
+            report.pending.append(entry)
+        elif isinstance(action, Conflict):
+            report.pending.append({"path": working_tree_path(mirror, action.path), "action": "conflict"})
+        else:
+            report.incoming += 1
+    for memory_path, record in sorted(records.items()):
+        report.conflicts.append(
+            {
+                "path": working_tree_path(mirror, memory_path),
+                "reason": record.reason,
+                "ref": record.ref,
+                "recorded_at": record.recorded_at.isoformat().replace("+00:00", "Z"),
+            }
+        )
+    report.kept_commits = pushed_refs(mirror)
