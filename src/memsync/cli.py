@@ -579,6 +579,60 @@ def resolve(
     )
 
 
+# --- backup, verify, restore (memsync.sync.backup / verify / restore) ---
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--full-scan", is_flag=True, help="List every version first (propagates redactions before pushing)."
+)
+@click.pass_context
+def backup(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, full_scan: bool) -> None:
+    """Pull every selected store (archived ones too), then push each mirror to [[backup.remotes]].
+
+    The imported history becomes the backup's main branch; the metadata branch and refs/memsync/*
+    go alongside. Fast-forward only, except refs a redaction rewrote.
+    """
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.backup import backup_stores
+    from memsync.sync.stores import client_for
+
+    config = _load_config(ctx)
+    with client_for(config) as client, _progress(enabled=not as_json) as advance:
+        reports = backup_stores(client, config, store_names, full_scan=full_scan, progress=advance)
+    _emit([r.to_json() for r in reports], as_json, _describe_backup)
+    ctx.exit(combine_exit_codes(r.exit_code for r in reports))
+
+
+def _describe_backup(report: dict[str, Any]) -> str:
+    from memsync.mirror import escape_for_terminal
+
+    head = f"{report['id']} ({escape_for_terminal(report['name'])})" if report["name"] else report["id"]
+    flags = [
+        f
+        for f, on in (("archived", report["archived"]), ("deleted remotely", report["deleted_remotely"]))
+        if on
+    ]
+    lines = [
+        f"{head}{' [' + ', '.join(flags) + ']' if flags else ''}: imported {report['imported']} version(s)"
+    ]
+    for remote in report["remotes"]:
+        counts: dict[str, int] = {}
+        for ref in remote["refs"]:
+            counts[ref["status"]] = counts.get(ref["status"], 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no refs"
+        created = " (repository created)" if remote["created"] else ""
+        pruned = "; pruned" if remote["pruned"] else ""
+        lines.append(f"  -> {remote['url']}{created}: {summary}{pruned}")
+    lines += [f"  warning: {w}" for w in report["warnings"]]
+    if report["error"]:
+        lines.append(f"  error: {report['error']}")
+    return "\n".join(lines)
+
+
+# --- end of backup, verify, restore ---
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code."""
     args = list(sys.argv[1:] if argv is None else argv)
