@@ -13,6 +13,10 @@ from memsync.api._models import MemoryVersion, Page
 log = logging.getLogger("memsync.api")
 
 DEFAULT_MAX_PAGES = 100_000
+# Empty pages that still claim more, in a row, before a listing is refused as making no progress. A
+# real listing never sends one (a page ends where its items do); a few are tolerated in case a
+# server filters after paging.
+MAX_EMPTY_PAGES = 10
 
 T = TypeVar("T")
 
@@ -22,14 +26,37 @@ def walk_pages(
 ) -> Iterator[Page[T]]:
     """Pages of one listing, fetched lazily, until the API gives no next cursor.
 
-    A listing that hands back a cursor it already gave (a loop) or runs past ``max_pages`` (a bound far
-    beyond any real store: 100,000 pages of 100) is refused with :class:`InvalidResponse` rather than
-    followed forever.
+    A listing that hands back a cursor it already gave (a loop), serves a page it already served
+    under a new cursor or keeps sending empty pages that claim more (no progress), or runs past
+    ``max_pages`` (a bound far beyond any real store: 100,000 pages of 100) is refused with
+    :class:`InvalidResponse` rather than followed forever.
     """
     seen: set[str] = set()
+    # A page is known by its first and last item and its length: two pages of one honest listing
+    # never share all three, so a repeat means the server serves the same page again.
+    served: dict[tuple[object, object, int], int] = {}
+    empty_in_a_row = 0
     cursor: str | None = None
     for number in range(1, max_pages + 1):
         page = fetch(cursor)
+        # A repeated cursor is reported as the loop it is, below; this catches new cursors only.
+        if page.next_cursor is not None and page.next_cursor not in seen:
+            if page.items:
+                empty_in_a_row = 0
+                mark = (_item_id(page.items[0]), _item_id(page.items[-1]), len(page.items))
+                if mark in served:
+                    raise InvalidResponse(
+                        f"listing {what}: page {number} repeats page {served[mark]} under a new cursor;"
+                        " the listing makes no progress"
+                    )
+                served[mark] = number
+            else:
+                empty_in_a_row += 1
+                if empty_in_a_row >= MAX_EMPTY_PAGES:
+                    raise InvalidResponse(
+                        f"listing {what}: {empty_in_a_row} empty pages in a row each claim more;"
+                        " the listing makes no progress"
+                    )
         yield page
         if page.next_cursor is None:
             return
@@ -41,6 +68,10 @@ def walk_pages(
         seen.add(page.next_cursor)
         cursor = page.next_cursor
     raise InvalidResponse(f"listing {what}: more than {max_pages} pages; refusing to follow it further")
+
+
+def _item_id(item: object) -> object:
+    return getattr(item, "id", item)
 
 
 class VersionListing(Iterator[MemoryVersion]):
