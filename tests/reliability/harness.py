@@ -149,6 +149,11 @@ def finish(
         raise AssertionError(
             f"memsync {' '.join(args)} did not end within {timeout}s\n{stdout[-2000:]}\n{stderr[-2000:]}"
         ) from None
+    except BaseException:
+        # pytest-timeout or ^C interrupts the wait: the child must not outlive the test.
+        process.kill()
+        process.wait()
+        raise
     return Finished(tuple(args), process.returncode, stdout, stderr, time.monotonic() - started)
 
 
@@ -221,10 +226,11 @@ class GitOracle:
             return []
         return [p for p in self.git("ls-tree", "-r", "-z", "--name-only", rev).split(b"\0") if p]
 
-    def all_tree_paths(self) -> set[bytes]:
-        """File paths of every commit reachable from any ref."""
+    def all_tree_paths(self, *refs: str) -> set[bytes]:
+        """File paths of every commit reachable from ``refs`` (default: the imported history and main)."""
+        wanted = [ref for ref in refs or (MEMSTORE_REF, "refs/heads/main") if self.ref(ref) is not None]
         paths: set[bytes] = set()
-        for commit in self.text("rev-list", "--all").split():
+        for commit in self.text("rev-list", *wanted).split() if wanted else []:
             paths.update(self.tree_paths(commit))
         return paths
 
