@@ -630,6 +630,30 @@ def _describe_backup(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@cli.command()
+@click.argument("store_names", nargs=-1, metavar="[STORE]...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> None:
+    """Check each mirror against its live store; exit 5 when they differ.
+
+    Every imported commit's content against its version's hash, no version missing, and the tip's
+    files against the store's memories. Each difference is named: mismatch, redacted, missing,
+    behind, tree, unlisted, store-gone; expired and skipped are reported but are no drift.
+    """
+    from memsync.errors import combine_exit_codes
+    from memsync.sync.stores import client_for, select_stores
+    from memsync.sync.verify import describe, verify_deleted, verify_store
+
+    config = _load_config(ctx)
+    with client_for(config) as client:
+        selection = select_stores(client, config, store_names)
+        reports = [verify_store(client, store, config.mirror.root) for store in selection.stores]
+    reports += [verify_deleted(config.mirror.root, store_id) for store_id in selection.deleted_remotely]
+    _emit([r.to_json() for r in reports], as_json, describe)
+    ctx.exit(combine_exit_codes(r.exit_code for r in reports))
+
+
 # --- end of backup, verify, restore ---
 
 

@@ -32,8 +32,10 @@ def stores_json(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, A
     return {entry["id"]: entry for entry in json.loads(done.stdout)["stores"]}
 
 
-def git(repo: Path, *args: str, check: bool = True) -> str:
-    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+def git(repo: Path, *args: str, check: bool = True, input_text: str | None = None) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False, input=input_text
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
     return result.stdout
