@@ -654,6 +654,57 @@ def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
 
+@cli.command()
+@click.argument("repo", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--into-store", "into_store", metavar="ID", help="Make this existing store equal to the commit."
+)
+@click.option("--new-store", "new_store", metavar="NAME", help="Create a store of this name and fill it.")
+@click.option("--at", "at", metavar="COMMIT", help="The commit to restore (default: the imported tip).")
+@click.option("--dry-run", is_flag=True, help="Show the writes it would make; write nothing.")
+@click.option(
+    "--force", is_flag=True, help="Let --into-store delete more than push.max_delete_share of the store."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def restore(
+    ctx: click.Context,
+    repo: Path,
+    into_store: str | None,
+    new_store: str | None,
+    at: str | None,
+    dry_run: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Make a store equal to a commit of REPO (a mirror or a bare backup), with the fewest writes.
+
+    History itself cannot be recreated: the store's versions start with the restore's writes.
+    Running the same command again after an interruption finishes the same restore.
+    """
+    from memsync.sync.restore import describe
+    from memsync.sync.restore import restore as run_restore
+    from memsync.sync.stores import client_for
+
+    if (into_store is None) == (new_store is None):
+        raise UsageError("restore needs exactly one of --into-store ID or --new-store NAME")
+    config = _load_config(ctx)
+    with client_for(config) as client:
+        report = run_restore(
+            client,
+            repo,
+            state_dir=config.mirror.root / ".memsync",
+            into_store=into_store,
+            new_store=new_store,
+            at=at,
+            dry_run=dry_run,
+            force=force,
+            max_delete_share=config.push.max_delete_share,
+        )
+    _emit([report.to_json()], as_json, describe)
+    ctx.exit(report.exit_code)
+
+
 # --- end of backup, verify, restore ---
 
 
