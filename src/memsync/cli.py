@@ -301,7 +301,7 @@ def daemon(ctx: click.Context, once: bool, max_failures: int | None, as_json: bo
     config = _load_config(ctx)
     if once:
         reports, code = run_once(config)
-        _emit(reports, as_json, _describe_pull)
+        _emit(reports, as_json, _describe_cycle)
         ctx.exit(code)
     ctx.exit(run_daemon(config, max_failures=max_failures))
 

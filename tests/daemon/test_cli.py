@@ -246,13 +246,14 @@ def test_a_signal_lets_the_cycle_in_flight_finish_and_exits_0_within_the_deadlin
     daemon = DaemonProcess.start(config, server.token)
     daemons.append(daemon)
     started = time.monotonic()
-    assert daemon.stop(sig) == 0, daemon.log()
-    assert time.monotonic() - started < 5 + 3  # the deadline, plus the interpreter's exit
+    assert daemon.stop(sig, timeout=60) == 0, daemon.log()
+    # The deadline, plus generous room for the interpreter's exit on 2 shared, busy cores.
+    assert time.monotonic() - started < 5 + 10, daemon.log()
     assert daemon.logged(f"{signal.Signals(sig).name} received")
     assert daemon.logged("daemon stopped")
     # Whatever the cycle in flight did, it finished cleanly: the mirror is sound and resumes.
     result = run(config, "--once", token=server.token)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr + daemon.log()
     assert len(list((tmp_path / "mirrors" / store.id / "bulk").iterdir())) == 40
 
 

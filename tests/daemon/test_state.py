@@ -32,7 +32,7 @@ def _state(**changes: object) -> StoreState:
         next_run=now + timedelta(seconds=20),
         open_conflicts=["notes/a.md"],
         rejected=[{"path": "100%.md", "reason": "not a valid encoded path"}],
-        local_changes=["b.md"],
+        withheld=[{"path": "c.md", "reason": "a mass delete needs memsync push --force"}],
         tip="a" * 40,
         warnings=["late versions"],
     )

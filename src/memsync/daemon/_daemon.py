@@ -137,20 +137,22 @@ class StoreCycles:
             return CycleResult(Outcome.LOCKED, str(exc))
         try:
             with self.client() as client:
-                report = run_cycle(client, store, root, full_scan=full_scan)
+                # Never force: a push that would delete more than push.max_delete_share of the store
+                # is withheld and reported; `memsync push --force` is the user's decision.
+                report = run_cycle(
+                    client,
+                    store,
+                    root,
+                    full_scan=full_scan,
+                    max_delete_share=self._config.push.max_delete_share,
+                )
         except MemsyncError as exc:
             return CycleResult(Outcome.ERROR, str(exc))
-        if not report.ok and _lost_lock_race(report, root, store.id):
-            return CycleResult(Outcome.LOCKED, report.pull.error, report)
-        if not report.ok:
-            return CycleResult(Outcome.ERROR, report.pull.error or "the cycle failed", report)
-        return CycleResult(Outcome.SUCCESS if report.changed else Outcome.NOOP, None, report)
-
-
-def _lost_lock_race(report: CycleReport, root: Path, store_id: str) -> bool:
-    """The CLI took the store lock between the probe and the cycle's own locking."""
-    lock_file = root / ".memsync" / "locks" / f"{store_id}.lock"
-    return str(lock_file) in (report.pull.error or "")
+        if report.ok:
+            return CycleResult(Outcome.SUCCESS if report.changed else Outcome.NOOP, None, report)
+        # The CLI took the store lock between the probe and the cycle's own locking: still a skip.
+        outcome = Outcome.LOCKED if report.exit_code == EXIT_LOCKED else Outcome.ERROR
+        return CycleResult(outcome, report.error or "the cycle failed", report)
 
 
 class WorkerPool:
@@ -198,8 +200,7 @@ class _Record:
     next_full_scan: datetime | None = None
     open_conflicts: list[str] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
-    local_changes: list[str] = field(default_factory=list)
-    checkout_update: str = "unchanged"  # what the last pull did to the checkout
+    withheld: list[dict[str, str]] = field(default_factory=list)
     tip: str | None = None
     warnings: list[str] = field(default_factory=list)
     removed_reason: str | None = None
@@ -580,8 +581,7 @@ class Daemon:
                 record.rejected = list(report.rejected)
                 record.tip = report.pull.tip or record.tip
                 record.warnings = list(report.pull.warnings)
-                record.local_changes = list(report.pull.local_changes)
-                record.checkout_update = report.pull.checkout
+                record.withheld = list(report.push.withheld) if report.push is not None else []
 
     def _cycle_finished(self, store_id: str, request: Request, outcome: CycleOutcome) -> None:
         view = self.coordinator.view(store_id)
@@ -620,12 +620,18 @@ class Daemon:
             when = f"; retrying in {retry_in:.0f}s" if retry_in is not None else ""
             log.warning("%s: cycle failed%s: %s", store_id, when, result.error, extra=extra)
         elif last is not None and result.outcome is Outcome.SUCCESS:
+            attention = ""
+            if record.open_conflicts or record.rejected or record.withheld:
+                attention = (
+                    f"; waiting for you: {len(record.open_conflicts)} conflict(s),"
+                    f" {len(record.rejected)} rejected, {len(record.withheld)} delete(s) withheld"
+                )
             log.info(
-                "%s: imported %d version(s), pushed %d, checkout %s",
+                "%s: imported %d version(s), pushed %d%s",
                 store_id,
                 last.imported,
                 last.pushed,
-                record.checkout_update,
+                attention,
                 extra={**extra, "imported": last.imported, "pushed": last.pushed},
             )
         else:
@@ -671,7 +677,7 @@ class Daemon:
                 next_full_scan=self._next_job_time(f"full-scan:{store_id}") or record.next_full_scan,
                 open_conflicts=list(record.open_conflicts),
                 rejected=list(record.rejected),
-                local_changes=list(record.local_changes),
+                withheld=list(record.withheld),
                 tip=record.tip,
                 warnings=list(record.warnings),
             )

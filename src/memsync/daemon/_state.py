@@ -65,7 +65,7 @@ class StoreState:
     next_full_scan: datetime | None = None
     open_conflicts: list[str] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
-    local_changes: list[str] = field(default_factory=list)
+    withheld: list[dict[str, str]] = field(default_factory=list)
     tip: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -104,7 +104,7 @@ class StoreState:
             "next_full_scan": _iso(self.next_full_scan),
             "open_conflicts": self.open_conflicts,
             "rejected": self.rejected,
-            "local_changes": self.local_changes,
+            "withheld": self.withheld,
             "tip": self.tip,
             "warnings": self.warnings,
             "daemon": {
@@ -149,7 +149,7 @@ class StoreState:
             next_full_scan=_parse(data.get("next_full_scan")),
             open_conflicts=list(data.get("open_conflicts", [])),
             rejected=list(data.get("rejected", [])),
-            local_changes=list(data.get("local_changes", [])),
+            withheld=list(data.get("withheld", [])),
             tip=data.get("tip"),
             warnings=list(data.get("warnings", [])),
         )
