@@ -74,11 +74,16 @@ def require_git() -> None:
     git_version()
 
 
+# memsync's own git commands in a mirror must not run the user's global hooks or fsmonitor: update-ref
+# would run a reference-transaction hook, gc the fsmonitor command.
+_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+
+
 def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
     """Run ``git -C repo args``; its stdout, or :class:`MirrorError` naming ``action`` and git's words."""
     require_git()
     result = subprocess.run(
-        ["git", "-C", str(repo), *args],
+        ["git", *_NO_HOOKS, "-C", str(repo), *args],
         capture_output=True,
         text=True,
         check=False,
