@@ -104,37 +104,44 @@ def test_archived_and_deleted_stores_are_backed_up(
         assert json.loads(git(backup, "show", "memsync/metadata:store.json"))["name"] == store.name
 
 
-def test_a_redaction_force_updates_and_prunes_a_local_backup(
+def test_a_redaction_force_updates_the_remotes_prunes_a_local_one_and_warns_for_a_network_one(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
     store = new_store(client)
     leak = client.create_memory(store.id, "leak.md", SECRET)
     client.update_memory(store.id, leak.id, "token=<gone>\n", expected_sha256=leak.content_sha256)
-    config = write_config(tmp_path, server.base_url, include=[store.id], remotes=["backups/{store_id}.git"])
-    token = {"MS_TOKEN": server.token}
-    assert memsync("--config", str(config), "backup", env=token).returncode == 0
-    backup = tmp_path / "backups" / f"{store.id}.git"
-    assert has_object(backup, blob_id(SECRET))
-    version = next(
-        v
-        for v in client.iter_versions(store.id)
-        if v.memory_id == leak.id and v.operation is Operation.CREATED
-    )
-    client.redact_version(store.id, version.id)
-    done = memsync("--config", str(config), "backup", "--full-scan", "--json", env=token)
+    served = tmp_path / "served"
+    subprocess.run(["git", "init", "-q", "--bare", str(served / f"{store.id}.git")], check=True)
+    with smart_http(served, "u", "p") as http:
+        network = f"{http.base_url.replace('http://', 'http://u:p@')}/{{store_id}}.git"
+        config = write_config(
+            tmp_path, server.base_url, include=[store.id], remotes=["backups/{store_id}.git", network]
+        )
+        token = {"MS_TOKEN": server.token}
+        assert memsync("--config", str(config), "backup", env=token).returncode == 0
+        backup = tmp_path / "backups" / f"{store.id}.git"
+        assert has_object(backup, blob_id(SECRET))
+        version = next(
+            v
+            for v in client.iter_versions(store.id)
+            if v.memory_id == leak.id and v.operation is Operation.CREATED
+        )
+        client.redact_version(store.id, version.id)
+        done = memsync("--config", str(config), "backup", "--full-scan", "--json", env=token)
     assert done.returncode == 0, done.stderr
     entry = stores_json(done)[store.id]
     assert entry["rewrite"]["removed"] == [blob_id(SECRET)]
-    (remote,) = entry["remotes"]
-    statuses = {ref["remote"]: ref["status"] for ref in remote["refs"]}
-    assert statuses["refs/heads/main"] == "forced" and statuses["refs/memsync/base"] == "forced"
-    assert remote["pruned"] is True
+    local, remote = entry["remotes"]
+    for pushed in (local, remote):
+        statuses = {ref["remote"]: ref["status"] for ref in pushed["refs"]}
+        assert statuses["refs/heads/main"] == "forced" and statuses["refs/memsync/base"] == "forced"
+    assert local["pruned"] is True and local["warnings"] == []
+    assert remote["pruned"] is False and "may keep the old objects" in remote["warnings"][0]
     assert not has_object(tmp_path / "mirrors" / store.id, blob_id(SECRET))
     assert not has_object(backup, blob_id(SECRET))
-    assert (
-        git(backup, "rev-parse", "main").strip()
-        == git(tmp_path / "mirrors" / store.id, "rev-parse", "memstore/main").strip()
-    )
+    mirror_tip = git(tmp_path / "mirrors" / store.id, "rev-parse", "memstore/main").strip()
+    assert git(backup, "rev-parse", "main").strip() == mirror_tip
+    assert git(served / f"{store.id}.git", "rev-parse", "main").strip() == mirror_tip
     git(backup, "fsck", "--strict")
 
 

@@ -235,7 +235,7 @@ def rewrite_redacted(mirror: Mirror, records: Iterable[VersionRecord]) -> Rewrit
         _append_superseded(mirror, carried.replaced)
     _prune(mirror)
     crash_point("rewrite.pruned")
-    shared_hashes = _contents_in_history(mirror)
+    shared_hashes = _contents_in_history(mirror, history, affected[0] if affected else 0)
     removed: list[str] = []
     shared: list[str] = []
     remaining: list[str] = []
@@ -810,20 +810,34 @@ def _prune(mirror: Mirror) -> None:
     mirror._path_map_cache = None
 
 
-def _contents_in_history(mirror: Mirror) -> set[str]:
-    """SHA-256 of every content a version that is not redacted wrote, in the whole imported history."""
+def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:
+    """SHA-256 of every content a version wrote in the imported history as it is now.
+
+    The commits before ``start`` did not change: their trailers were read already. Only the
+    rewritten part is read again.
+    """
     found: set[str] = set()
+
+    def add(trailers: Trailers) -> None:
+        if (
+            trailers.memory_path is not None
+            and trailers.operation != "deleted"
+            and trailers.skipped is None
+            and trailers.content_sha256 is not None
+        ):
+            found.add(trailers.content_sha256)
+
+    for kept in old.commits[:start]:
+        add(kept.trailers)
     tip = mirror.tip()
     if tip is None:
         return found
-    for version in mirror.imported_versions():
-        if (
-            version.memory_path is not None
-            and version.operation != "deleted"
-            and version.skipped is None
-            and version.content_sha256 is not None
-        ):
-            found.add(version.content_sha256)
+    with translated("reading the rewritten history"):
+        walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
+        if start > 0:
+            walker.hide(old.commits[start - 1].id)
+        for commit in walker:
+            add(parse_message(commit.message, str(commit.id)))
     return found
 
 
