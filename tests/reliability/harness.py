@@ -49,10 +49,11 @@ def write_config(
     stores: Sequence[str] = ("*",),
     root: str = "mirrors",
     extra: str = "",
+    name: str = "memsync.toml",
 ) -> Path:
-    """A ``memsync.toml`` in ``directory`` whose token comes from :data:`TOKEN_ENV` (never the file)."""
+    """A config file in ``directory`` whose token comes from :data:`TOKEN_ENV` (never the file)."""
     include = ", ".join(json.dumps(s) for s in stores)
-    config = directory / "memsync.toml"
+    config = directory / name
     config.write_text(
         f'[api]\ndialect = "{dialect}"\nbase_url = "{base_url}"\ntoken_env = "{TOKEN_ENV}"\n'
         f'[mirror]\nroot = "{root}"\n[stores]\ninclude = [{include}]\n{extra}',
