@@ -272,7 +272,9 @@ class Transport:
         except _Failure as refused:
             refused.attempts = attempt
             raise
-        request_id = response.headers.get("request-id") or response.headers.get("x-request-id")
+        raw_id = response.headers.get("request-id") or response.headers.get("x-request-id")
+        # The request id goes into messages: one safe line, never the token a hostile server echoes.
+        request_id = one_line(raw_id, self._secret)[:120] if raw_id is not None else None
         if response.is_success:
             return Answer(
                 response.status_code, self._json_object(body, what, request_id), request_id, attempt
