@@ -30,12 +30,15 @@ MEMSTORE_REF = "refs/remotes/memstore/main"
 # than this is a hang, and the run is killed and reported rather than waited for.
 RUN_TIMEOUT_S = 120.0
 
-# Runs `memsync` with every logger at DEBUG on stderr: the secrets tests read what a user who turned
-# logging all the way up would see (httpx and httpcore included), whatever the CLI configures itself.
+# Runs `memsync` with every logger at DEBUG on stderr and no filter: the secrets tests read what a user
+# who turned logging all the way up would see. Only httpcore's wire trace stays off, as memsync's own
+# logging configuration (memsync.daemon.configure_logging) keeps it off at every level: it prints each
+# response's headers verbatim, whatever a server puts in them.
 _DEBUG_MAIN = (
     "import logging, sys\n"
     "logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,"
     " format='%(levelname)s %(name)s: %(message)s')\n"
+    "logging.getLogger('httpcore').setLevel(logging.INFO)\n"
     "from memsync.cli import main\n"
     "main(sys.argv[1:])\n"
 )

@@ -21,7 +21,7 @@ from tests.reliability.loopback import LoopbackServer, Reply, Request
 
 STORE_ID = "memstore_standin00000000001"
 _EPOCH = datetime(2026, 3, 1, tzinfo=UTC)
-_PREFIX = {"forward": "/api/v1/forward", "anthropic": "/v1"}
+_PREFIX = {"forward": "/api/v1/forward", "cloud": "/api/v1/cloud", "anthropic": "/v1"}
 
 
 def sha256(data: str | bytes) -> str:
@@ -46,7 +46,7 @@ def reply_json(data: Any, status: int = 200, **headers: str) -> Reply:
 
 
 class StandIn:
-    """One store, in ``dialect`` ("forward" or "anthropic"), served on 127.0.0.1."""
+    """One store, in ``dialect`` ("forward", "cloud" or "anthropic"), served on 127.0.0.1."""
 
     def __init__(self, dialect: str = "forward", *, store_id: str = STORE_ID) -> None:
         self.dialect = dialect
@@ -114,7 +114,7 @@ class StandIn:
             "updated_at": moment,
             "archived_at": None,
         }
-        if self.dialect == "forward":
+        if self.dialect != "anthropic":
             store.update(status="active", system_managed=False, identity_id=None, entry_count=0, total_size=0)
             store["binding_info"] = {"identity_template_count": 0}
         return store
@@ -131,7 +131,7 @@ class StandIn:
             "operation": version.operation,
             "created_at": version.created_at.isoformat().replace("+00:00", "Z"),
         }
-        if self.dialect == "forward":
+        if self.dialect != "anthropic":
             data.update(redacted=False, redacted_at=None)
         else:
             data.update(created_by=None, redacted_at=None, redacted_by=None)
@@ -159,7 +159,7 @@ class StandIn:
                 "created_at": moment,
                 "updated_at": moment,
             }
-            if self.dialect == "forward":
+            if self.dialect != "anthropic":
                 memory["metadata"] = {}
             else:
                 memory["memory_version_id"] = version.id
@@ -204,10 +204,11 @@ class StandIn:
         rest = parts[2:]
         if rest == []:
             return reply_json(self.store_object())
-        if rest == ["memory_versions"]:
+        collection = "versions" if self.dialect == "cloud" else "memory_versions"
+        if rest == [collection]:
             full = request.query.get("view") == "full"
             return self.page([self.version_object(v, with_content=full) for v in versions], request)
-        if rest[:1] == ["memory_versions"] and len(rest) == 2:
+        if rest[:1] == [collection] and len(rest) == 2:
             for version in versions:
                 if version.id == rest[1]:
                     return reply_json(self.version_object(version, with_content=True))
