@@ -211,14 +211,6 @@ def test_a_remote_write_reaches_the_checkout_and_a_second_daemon_exits_75(
     imported = f'memsync_versions_imported_total{{store="{store.id}"}} 2.0'
     wait_for(lambda: imported in metrics(), what="the imports in /metrics")
 
-    # A save in the checkout requests a cycle.
-    (checkout / "notes" / "a.md").write_text("edited locally\n")
-    wait_for(lambda: daemon.logged(f"local change in {store.id}: notes/a.md"), what="the save to be noticed")
-    wait_for(
-        lambda: "watch" in getattr(getattr(read_state(checkout), "last_cycle", None), "triggers", []),
-        what="a cycle requested by the save",
-    )
-
     second = run(config, token=server.token)
     assert second.returncode == 75
     assert "another memsync daemon is already running" in second.stderr
@@ -227,6 +219,37 @@ def test_a_remote_write_reaches_the_checkout_and_a_second_daemon_exits_75(
     state = read_state(checkout)
     assert state is not None and state.status == "stopped" and state.daemon_pid == daemon.process.pid
     assert server.token not in daemon.log()
+
+
+def test_a_save_requests_a_cycle_that_pushes_it(
+    tmp_path: Path, server: ServerProcess, client: Client, store: Store, daemons: list[DaemonProcess]
+) -> None:
+    config = write_config(tmp_path, server, store)
+    # A long interval: after the start cycle only the watcher can start one.
+    config.write_text(config.read_text().replace('interval = "500ms"', 'interval = "1h"'))
+    daemon = DaemonProcess.start(config, server.token)
+    daemons.append(daemon)
+    checkout = tmp_path / "mirrors" / store.id
+    wait_for(lambda: getattr(read_state(checkout), "last_success", None), what="the start cycle")
+
+    (checkout / "notes" / "a.md").write_text("edited locally\n")
+    wait_for(lambda: daemon.logged(f"local change in {store.id}: notes/a.md"), what="the save to be noticed")
+
+    def on_server() -> bool:
+        memory = client.find_memory(store.id, "notes/a.md")
+        return memory is not None and client.get_memory(store.id, memory.id).content == "edited locally\n"
+
+    wait_for(on_server, what="the save to reach the server")
+    state = wait_for(
+        lambda: read_state(checkout) if "watch" in _triggers(checkout) else None, what="the state"
+    )
+    assert state.last_cycle is not None and state.last_cycle.pushed == 1
+    assert daemon.stop() == 0, daemon.log()
+
+
+def _triggers(checkout: Path) -> list[str]:
+    state = read_state(checkout)
+    return state.last_cycle.triggers if state is not None and state.last_cycle is not None else []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -592,10 +592,11 @@ class Daemon:
         if view is not None and view.retry_at is not None and not view.paused:
             retry_in = view.retry_at - self._clock()
         self._log_result(store_id, result, retry_in=retry_in, record=record)
-        self._write_state(store_id)
-        # The cycle may have created the checkout (first import): watch it from now on.
+        # The cycle may have created the checkout (first import): watch it from now on — before the
+        # state says the cycle is done, so whoever waits for that can rely on the watch.
         if view is not None and not self.watcher.watching(store_id) and not self._stop_requested:
             self.watcher.watch(store_id, record.checkout)
+        self._write_state(store_id)
         self.watcher.cycle_finished(store_id)
         if view is not None and view.paused and self.coordinator.all_paused():
             self._all_paused = True
