@@ -165,6 +165,23 @@ def test_once_exits_1_when_a_store_fails(tmp_path: Path, server: ServerProcess, 
     assert not entry["ok"] and "not an empty directory" in entry["error"]
 
 
+def test_once_exits_4_when_a_conflict_waits_for_the_user(
+    tmp_path: Path, server: ServerProcess, client: Client, store: Store
+) -> None:
+    config = write_config(tmp_path, server, store)
+    assert run(config, "--once", token=server.token).returncode == 0
+    (tmp_path / "mirrors" / store.id / "notes" / "a.md").write_text("changed here\n")
+    memory = client.find_memory(store.id, "notes/a.md")
+    assert memory is not None
+    client.update_memory(store.id, memory.id, "changed there\n", expected_sha256=memory.content_sha256)
+    result = run(config, "--once", "--json", token=server.token)
+    assert result.returncode == 4, result.stdout + result.stderr
+    entry = json.loads(result.stdout)["stores"][0]
+    assert entry["conflicts"] == [{"path": "notes/a.md"}]
+    state = read_state(tmp_path / "mirrors" / store.id)
+    assert state is not None and state.open_conflicts == ["notes/a.md"]
+
+
 def test_once_exits_3_when_the_token_is_refused(tmp_path: Path, server: ServerProcess, store: Store) -> None:
     config = write_config(tmp_path, server, store)
     result = run(config, "--once", token="refused-token-123456")
