@@ -42,6 +42,7 @@ TEMPORARY_PATTERNS = (
     ".goutputstream-*",
 )
 
+_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 _SYMLINK = "symlink"  # a pseudo blob id: never equal to a base blob, so a symlink is reported once
 
 
@@ -147,7 +148,8 @@ class CheckoutBaseline:
             return set()
         try:
             result = subprocess.run(
-                ["git", "-C", str(self.checkout), "check-ignore", "--stdin", "-z"],
+                # Like memsync.mirror's own git runs: none of the user's hooks or fsmonitor here.
+                ["git", *_NO_HOOKS, "-C", str(self.checkout), "check-ignore", "--stdin", "-z"],
                 input="\0".join(tree_paths).encode("utf-8", "surrogateescape") + b"\0",
                 capture_output=True,
                 check=False,
