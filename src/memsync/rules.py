@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 import unicodedata
 from collections.abc import Mapping
 
@@ -33,8 +34,11 @@ MAX_STORE_METADATA_KEYS_FORWARD = 15  # upstream allows 16; Forward injects crea
 MAX_METADATA_KEYS = 16
 RESERVED_STORE_METADATA_KEY = "created_by"
 
-# Control characters allowed in content and store text: newline, carriage return, tab.
+# Control characters allowed in content and store text: newline, carriage return, tab. The rest of
+# U+0000-U+001F and U+007F are found with one regular-expression scan: a loop over the characters of
+# 100 KiB in Python took 27 ms, on every write and every content a client checks.
 _ALLOWED_CONTROLS = frozenset("\n\r\t")
+_FORBIDDEN_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def sha256_hex(content: str) -> str:
@@ -52,9 +56,10 @@ def utf8_len(text: str, field: str) -> int:
         ) from None
 
 
-def _is_forbidden_control(ch: str) -> bool:
-    code = ord(ch)
-    return (code <= 0x1F or code == 0x7F) and ch not in _ALLOWED_CONTROLS
+def _first_forbidden_control(text: str) -> int | None:
+    """The offset of the first control character other than \\n, \\r and \\t, or None."""
+    found = _FORBIDDEN_CONTROL.search(text)
+    return None if found is None else found.start()
 
 
 # --- paths -------------------------------------------------------------------------------------
@@ -161,14 +166,14 @@ def check_content(content: object, dialect: Dialect) -> str:
         )
     if size == 0 and dialect is not Dialect.ANTHROPIC:
         raise RuleViolation("content", "empty", f"must not be empty on the {dialect.value} dialect")
-    for offset, ch in enumerate(content):
-        if _is_forbidden_control(ch):
-            raise RuleViolation(
-                "content",
-                "control_character",
-                f"contains control character U+{ord(ch):04X} at character {offset};"
-                " only \\n, \\r and \\t are allowed",
-            )
+    offset = _first_forbidden_control(content)
+    if offset is not None:
+        raise RuleViolation(
+            "content",
+            "control_character",
+            f"contains control character U+{ord(content[offset]):04X} at character {offset};"
+            " only \\n, \\r and \\t are allowed",
+        )
     return content
 
 
@@ -195,13 +200,13 @@ def check_store_text(field: str, value: object, *, required: bool) -> str:
     if required and value.strip() == "":
         raise RuleViolation(field, "empty", "must not be empty")
     utf8_len(value, field)
-    for offset, ch in enumerate(value):
-        if _is_forbidden_control(ch):
-            raise RuleViolation(
-                field,
-                "control_character",
-                f"contains control character U+{ord(ch):04X} at character {offset}",
-            )
+    offset = _first_forbidden_control(value)
+    if offset is not None:
+        raise RuleViolation(
+            field,
+            "control_character",
+            f"contains control character U+{ord(value[offset]):04X} at character {offset}",
+        )
     return value
 
 

@@ -218,6 +218,10 @@ CREATE TABLE IF NOT EXISTS memories (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS memories_live_path ON memories (store_id, path) WHERE deleted_at IS NULL;
 CREATE INDEX IF NOT EXISTS memories_by_store ON memories (store_id, id);
+-- Covers entry_count and total_size: without it every read of a store summed its memories' rows,
+-- whose large content columns sit before content_size_bytes (330 ms a request at 10,000 memories).
+CREATE INDEX IF NOT EXISTS memories_live_size ON memories (store_id, content_size_bytes)
+  WHERE deleted_at IS NULL;
 CREATE TABLE IF NOT EXISTS versions (
     id TEXT PRIMARY KEY,
     store_id TEXT NOT NULL,
@@ -447,6 +451,12 @@ class Engine:
                 None if row["redactor_kind"] is None else Actor(row["redactor_kind"], row["redactor_id"])
             ),
         )
+
+    def _require_store(self, db: sqlite3.Connection, dialect: Dialect, store_id: str) -> None:
+        """404 unless the store exists: for reads that need no more than that (no counts)."""
+        row = db.execute("SELECT 1 FROM stores WHERE id = ? AND dialect = ?", (store_id, dialect)).fetchone()
+        if row is None:
+            raise NotFound(f"memory store {store_id!r} does not exist")
 
     def _store(self, db: sqlite3.Connection, dialect: Dialect, store_id: str) -> StoreRow:
         row = db.execute(f"{_STORE_SELECT} WHERE s.id = ? AND s.dialect = ?", (store_id, dialect)).fetchone()
@@ -806,7 +816,7 @@ class Engine:
 
     def get_memory(self, dialect: Dialect, store_id: str, memory_id: str) -> MemoryRow:
         with self._read() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             return self._live_memory(db, store_id, memory_id)
 
     def list_memories(
@@ -826,7 +836,7 @@ class Engine:
             where += " AND substr(path, 1, ?) = ?"
             params += [len(path_prefix), path_prefix]
         with self._read() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             rows, has_more = self._paged(
                 db,
                 "SELECT * FROM memories",
@@ -862,7 +872,7 @@ class Engine:
             kind, key = cursor
             bound_op, bound = (">", key) if kind == "memory" else (">=", key[:-1] + "0")
         with self._read() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             while len(items) <= limit:
                 rows = db.execute(
                     "SELECT * FROM memories WHERE store_id = ? AND deleted_at IS NULL"
@@ -1016,7 +1026,7 @@ class Engine:
 
     def get_version(self, dialect: Dialect, store_id: str, version_id: str) -> VersionRow:
         with self._read() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             return self._version(db, store_id, version_id)
 
     def list_versions(
@@ -1053,7 +1063,7 @@ class Engine:
             where += " AND v.actor_kind = ? AND v.actor_id = ?"
             params += [kind, actor_id]
         with self._read() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             rows, has_more = self._paged(
                 db,
                 "SELECT v.* FROM versions v",
@@ -1078,7 +1088,7 @@ class Engine:
         """Remove one version's content for good; size and hash stay (adapters decide what to show)."""
         policy = POLICIES[dialect]
         with self._write() as db:
-            self._store(db, dialect, store_id)
+            self._require_store(db, dialect, store_id)
             version = self._version(db, store_id, version_id)
             if version.redacted_at is not None:
                 if policy.redact_again_ok:
