@@ -190,6 +190,8 @@ def rewrite_redacted(mirror: Mirror, records: Iterable[VersionRecord]) -> Rewrit
     replacements = {record.version_id: record for record in records}
     pending_file = mirror.state_dir / PENDING_FILE
     pending = _Pending.load(pending_file)
+    if not replacements and pending is None:
+        return None  # the common full scan: nothing redacted since the import, nothing owed
     history = _History.read(mirror)
     # A commit that already records its version as redacted was written from a redacted version.
     affected = [
