@@ -33,7 +33,7 @@ BUDGETS = {
         openapi_examples=20, stateful_scenarios=15, stateful_steps=10, round_trips=25, pure_examples=1000
     ),
     "soak": FuzzBudget(
-        openapi_examples=100, stateful_scenarios=60, stateful_steps=15, round_trips=150, pure_examples=10000
+        openapi_examples=100, stateful_scenarios=60, stateful_steps=15, round_trips=40, pure_examples=10000
     ),
 }
 

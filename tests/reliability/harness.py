@@ -29,6 +29,8 @@ MEMSTORE_REF = "refs/remotes/memstore/main"
 # A memsync run in these tests handles at most a few hundred versions on loopback; anything slower
 # than this is a hang, and the run is killed and reported rather than waited for.
 RUN_TIMEOUT_S = 120.0
+# memsync processes started by this process (the soak reports it).
+runs_started = 0
 
 # Runs `memsync` with every logger at DEBUG on stderr and no filter: the secrets tests read what a user
 # who turned logging all the way up would see. Only httpcore's wire trace stays off, as memsync's own
@@ -124,6 +126,8 @@ class MemsyncCli:
         return env
 
     def start(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        global runs_started
+        runs_started += 1
         return subprocess.Popen(
             self.command(*args),
             stdout=subprocess.PIPE,

@@ -206,6 +206,7 @@ def honest_mirrors(dialect: str, directory: Path) -> Path:
     The stand-in is deterministic (ids and times derive from the order of versions), so a copy is
     exactly what a first pull in the trial's own directory would have made.
     """
+    directory.mkdir(parents=True, exist_ok=True)
     standin = StandIn(dialect).start()
     try:
         standin.add("notes/honest.md", HONEST["notes/honest.md"])

@@ -33,6 +33,15 @@ from tests.reliability.harness import (
 from tests.reliability.loopback import LoopbackServer, Reply, Request
 
 DIALECTS = ("forward", "cloud", "anthropic")
+# Each way a pull can end, and the exit code it must end with (design.md §4).
+SCENARIOS = {
+    "success": 0,
+    "wrong-token": 3,
+    "server-errors": 1,
+    "connection-refused": 1,
+    "echo-500": 1,
+    "echo-401": 3,
+}
 
 
 def presented_token(request: Request) -> str:

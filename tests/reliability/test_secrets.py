@@ -18,6 +18,7 @@ from memsync.api import open_client
 from memsync.rules import Dialect
 from tests.reliability.leaks import (
     DIALECTS,
+    SCENARIOS,
     SecretRun,
     always_failing,
     closed_port,
@@ -27,14 +28,6 @@ from tests.reliability.leaks import (
 from tests.reliability.loopback import LoopbackServer
 from tests.support.server import ServerProcess
 
-SCENARIOS = {
-    "success": 0,
-    "wrong-token": 3,
-    "server-errors": 1,
-    "connection-refused": 1,
-    "echo-500": 1,
-    "echo-401": 3,
-}
 # Cloud sends the same Bearer header as Forward: it runs against the real server only; the failure
 # paths are the same code for both, so Forward covers Bearer and Anthropic covers x-api-key there.
 CASES = [(d, s) for d in ("forward", "anthropic") for s in SCENARIOS] + [
