@@ -105,17 +105,18 @@ def crash_round(server: ServerProcess, rng: random.Random, work: Path, tally: Ta
     cli = MemsyncCli(config, server.token)
 
     def chain() -> None:
-        versions = sum(h.versions for h in histories)
-        flushes = sum(math.ceil(h.versions / batch) for h in histories)
-        limits = {
-            "pull.version": versions,
-            "mirror.pack_written": flushes,
-            "mirror.ref_moved": flushes,
-            "mirror.pack_renamed": flushes + 2,
-            "checkout.tree_written": 2,
-            "checkout.main_moved": 2,
-        }
         for _ in range(rng.randint(1, 6)):
+            # Passes of each point in the next run: what is still to import, in batches, per store.
+            left = [h.versions - len(GitOracle(work / "mirrors" / h.store.id).commits()) for h in histories]
+            flushes = sum(math.ceil(n / batch) for n in left)
+            limits = {
+                "pull.version": max(1, sum(left)),
+                "mirror.pack_written": max(1, flushes),
+                "mirror.ref_moved": max(1, flushes),
+                "mirror.pack_renamed": flushes + 2,
+                "checkout.tree_written": 2,
+                "checkout.main_moved": 2,
+            }
             point = rng.choice(CRASH_POINTS["pull"])
             case = CrashCase(point, rng.randint(1, limits[point]))
             run = cli.run("pull", "--json", env={CRASH_ENV: str(case), BATCH_ENV: str(batch)})
