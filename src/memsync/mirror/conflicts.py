@@ -25,10 +25,12 @@ store's version the conflict was made against::
 The ref keeps every side reachable, so ``git gc`` never drops them: ``git show
 refs/memsync/conflicts/<name>:local``. ``<name>`` is the memory path with every byte outside
 ``[A-Za-z0-9_-]`` written ``%XX`` (so ``a`` and ``a/b`` never clash as ref names), or ``sha256-<hex
-of the path>`` when that would be longer than 200 characters. Resolving moves the ref to
-``refs/memsync/resolved/<name>`` (the last resolution of each path is kept, in case it was the wrong
-pick). Since memories may contain ``<<<<<<<`` naturally, only a record — never a marker in a file —
-makes a conflict.
+of the path>`` when that would be longer than 200 characters. Resolving deletes that ref and
+points ``refs/memsync/resolved/<name>`` at a commit whose tree is the record's plus ``replaced`` (the
+file's content that the resolution overwrote, if the user had edited it) and ``previous/`` (the path's
+previous resolution), so every resolution stays reachable, in case it was the wrong pick.
+Since memories may contain ``<<<<<<<`` naturally, only a record — never a marker in a file — makes a
+conflict.
 """
 
 from __future__ import annotations
@@ -252,11 +254,40 @@ def _side(mirror: Mirror, record: ConflictRecord, side: str) -> pygit2.Blob | No
     return blob
 
 
-def end_conflict(mirror: Mirror, record: ConflictRecord) -> str:
-    """Close the conflict: its ref moves to ``refs/memsync/resolved/`` (returned)."""
+def end_conflict(
+    mirror: Mirror,
+    record: ConflictRecord,
+    *,
+    resolution: str,
+    replaced: bytes | None = None,
+    when: datetime | None = None,
+) -> str:
+    """Close the conflict; the ref that keeps it (``refs/memsync/resolved/<name>``) is returned.
+
+    That ref gets a new commit (no parents: a record, not history) whose tree is the conflict's, plus
+    ``replaced`` — what the file held when the resolution overwrote it (edits made after the conflict
+    was recorded), so choosing ``--ours`` or ``--theirs`` never loses them — plus ``previous/``, the
+    tree of the path's previous resolution, so every resolution stays reachable.
+    """
+    repo = mirror._repo
     resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
+    previous = mirror.ref_target(resolved)
+    moment = (when or datetime.now(UTC)).astimezone(UTC)
     with translated(f"keeping the resolved conflict at {record.memory_path}"):
-        mirror._repo.references.create(resolved, pygit2.Oid(hex=record.commit), force=True)
+        builder = repo.TreeBuilder(repo[record.commit].peel(pygit2.Tree))
+        if replaced is not None:
+            builder.insert("replaced", repo.create_blob(replaced), FileMode.BLOB)
+        if previous is not None:
+            builder.insert("previous", repo[previous].peel(pygit2.Tree).id, FileMode.TREE)
+        tree = builder.write()
+        message = (
+            f"resolved {quote_for_message(record.memory_path)}\n\n"
+            f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
+            f"Resolution: {resolution}\n"
+        )
+        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+        commit = str(repo.create_commit(None, signature, signature, message, tree, []))
+    mirror.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
     mirror.delete_ref_if_equals(record.ref, record.commit)
     return resolved
 

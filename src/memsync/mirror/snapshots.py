@@ -38,7 +38,8 @@ from pygit2.enums import FileMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.paths import encode_paths, quote_for_message, unquote_from_message
+from memsync.mirror.paths import quote_for_message, unquote_from_message
+from memsync.mirror.spellings import decoded, spell_all
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -113,7 +114,7 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
     """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
     if commit is None:
         return {}
-    files = mirror.files(commit)
+    files = tree_files(mirror, commit)
     owners = mirror.paths(commit)
     missing = sorted(set(files) - set(owners))
     if missing:
@@ -122,6 +123,23 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
             " imported commit, or the path cache is damaged: delete .git/memsync/paths.json and run again"
         )
     return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
+
+
+def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
+    """``{memory path: blob id}`` of a commit's tree: :meth:`Mirror.files` with cached decoding."""
+    found: dict[str, str] = {}
+    with translated(f"reading the tree of {commit}"):
+        _collect(mirror._repo[commit].peel(pygit2.Tree), "", found)
+    return {decoded(tree_path): blob for tree_path, blob in found.items()}
+
+
+def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
+    for item in tree:
+        name = prefix + (item.name or "")
+        if isinstance(item, pygit2.Tree):
+            _collect(item, name + "/", found)
+        elif isinstance(item, pygit2.Blob):
+            found[name] = str(item.id)
 
 
 def base_commit(mirror: Mirror) -> str | None:
@@ -154,7 +172,7 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
     if not _is_base_message(message):
         return commit, commit_snapshot(mirror, commit, hashes)
     owners = _parse_base_ids(message, commit)
-    files = mirror.files(commit)
+    files = tree_files(mirror, commit)
     if set(files) != set(owners):
         raise MirrorError(
             f"the base commit {commit} lists other memories than its tree holds; it was not written by"
@@ -189,7 +207,7 @@ def write_base(
 
 def build_tree(mirror: Mirror, blobs: Mapping[str, str]) -> str:
     """The tree id of ``{memory path: blob}``, at the paths' working-tree spellings."""
-    spelled = encode_paths(blobs)
+    spelled = spell_all(blobs)
     index = pygit2.Index()
     with translated("building a tree"):
         for memory_path, blob in blobs.items():

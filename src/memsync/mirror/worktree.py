@@ -35,7 +35,8 @@ from pygit2.enums import RepositoryState
 
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError, translated
-from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
+from memsync.mirror.paths import escape_for_terminal
+from memsync.mirror.spellings import decoded, encoded, spell_all
 from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def scan_worktree(mirror: Mirror, dialect: Dialect, *, known: Set[str] = frozens
     seen: dict[str, str] = {}
     for tree_path, info in _walk(root):
         try:
-            memory_path = decode_path(tree_path)
+            memory_path = decoded(tree_path)
         except PathEncodingError as exc:
             if tree_path not in tracked and _ignored(repo, tree_path):
                 continue
@@ -146,7 +147,7 @@ def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
     found: dict[str, str] = {}
     for tree_path, _ in _walk(mirror.path):
         try:
-            found.setdefault(decode_path(tree_path), tree_path)
+            found.setdefault(decoded(tree_path), tree_path)
         except PathEncodingError:
             continue
     return found
@@ -285,7 +286,7 @@ def _hashes(data: bytes) -> tuple[str, str]:
 
 def spellings(memory_path: str) -> tuple[str, str]:
     """The two working-tree spellings a memory's file can have (without and with ``%_``)."""
-    return encode_path(memory_path), encode_path(memory_path, directory_sibling=True)
+    return encoded(memory_path), encoded(memory_path, True)
 
 
 def locate(mirror: Mirror, memory_path: str) -> str | None:
@@ -315,7 +316,7 @@ def current_sha256(mirror: Mirror, memory_path: str) -> str | None:
 
 def read_worktree(mirror: Mirror, memory_path: str, expected_sha256: str) -> bytes:
     """The bytes of the memory's checkout file, which must still hash to ``expected_sha256``."""
-    tree_path = locate(mirror, memory_path) or encode_path(memory_path)
+    tree_path = locate(mirror, memory_path) or encoded(memory_path)
     try:
         fd = _open_regular(mirror.path / tree_path)
     except _NotRegular:
@@ -360,7 +361,7 @@ def apply_checkout(
         _check_unchanged(mirror, change.memory_path, change.expected_sha256)
     removed = {c.memory_path for c in changes if c.data is None}
     final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
-    target = encode_paths(final)
+    target = spell_all(final)
     pending: list[_Step] = []
     for memory_path in sorted(final):
         wanted = by_path.get(memory_path)
@@ -457,7 +458,7 @@ def _check_unchanged(mirror: Mirror, memory_path: str, expected: str | None) -> 
     """Re-check just before touching the file: the user may have saved it since the first check."""
     found = current_sha256(mirror, memory_path)
     if found != expected:
-        raise WorktreeChanged(locate(mirror, memory_path) or encode_path(memory_path), expected, found)
+        raise WorktreeChanged(locate(mirror, memory_path) or encoded(memory_path), expected, found)
 
 
 def _prune(root: Path, tree_path: str) -> None:

@@ -88,8 +88,11 @@ from memsync.sync.pull import mirror_path
 
 log = logging.getLogger("memsync.push")
 
-# Plans per reconcile: the first, and re-plans after a 409 or a checkout file saved meanwhile.
+# Plans per round: the first, and re-plans after a 409 or a checkout file saved meanwhile.
 MAX_ATTEMPTS = 4
+# Rounds per reconcile: a second one brings in what another writer stored while this one pushed
+# (the import after the push sees it), so a sync ends with the checkout up to date.
+ROUNDS = 2
 DEFAULT_MAX_DELETE_SHARE = 0.5
 
 Importer = Callable[[], None]
@@ -251,12 +254,14 @@ class _Execution:
         self.dialect = client.dialect
         self.hashes = BlobHashes(mirror)
         self.merger = Merger()
-        # Conflicts recorded during this reconcile (also by a plan a 409 interrupted): what the
-        # base takes for them, and the markers their files still need.
+        # Conflicts recorded during this round (also by a plan a 409 interrupted): what the base
+        # takes for them, and the markers their files still need; and every path recorded at all.
         self.conflicted: dict[str, Entry] = {}
         self.conflict_writes: dict[str, CheckoutChange] = {}
+        self.recorded: set[str] = set()
         # Blobs of contents this reconcile pushed, by sha256: the new base may name them.
         self.blobs: dict[str, str] = {}
+        self.snapshots: dict[str | None, dict[str, SnapshotEntry]] = {}
 
     def run(self) -> None:
         try:
@@ -270,14 +275,25 @@ class _Execution:
         if problem is not None:
             self.report.fail(problem)
             return
+        for _ in range(ROUNDS):
+            if not self._round():
+                return
+
+    def _round(self) -> bool:
+        """Plan and execute until a plan runs to its end; True when the import that followed the
+        push brought changes of another writer the checkout does not have yet (one more round)."""
         wait_for_index_lock(self.mirror)
         base_ref, base = read_base(self.mirror, self.hashes)
         self._remember(base)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            self.report.attempts = attempt
+        # An imported base is also the remote snapshot when nothing new came in: read it once. (A
+        # base commit of memsync's own is never a tip, so it is never asked for as one.)
+        self.snapshots.setdefault(base_ref, base)
+        # A finished round wrote its markers and moved the base over its conflicts.
+        self.conflicted, self.conflict_writes = {}, {}
+        for _ in range(MAX_ATTEMPTS):
+            self.report.attempts += 1
             tip = self.mirror.tip()
-            remote = commit_snapshot(self.mirror, tip, self.hashes)
-            self._remember(remote)
+            remote = self._snapshot(tip)
             scan = scan_worktree(self.mirror, self.dialect, known=set(base) | set(remote))
             records = open_conflicts(self.mirror)
             current = plan(
@@ -292,7 +308,7 @@ class _Execution:
             writes = [a for a in current.actions if isinstance(a, Create | Update | Delete | Rename | Merge)]
             if writes and self.store.archived:
                 self.report.fail(archived_message(self.store))
-                return
+                return False
             try:
                 pushed, changes = self._store_writes(current, base, remote, scan)
                 if writes:
@@ -306,13 +322,20 @@ class _Execution:
                 self.report.warnings.append(f"planned again: {why}")
                 self.importer()
                 continue
-            self._finish(base_ref, base, remote, current, pushed, scan)
-            return
+            return self._finish(base_ref, base, remote, current, pushed, scan)
         self.report.fail(
             f"the store or the checkout kept changing while memsync pushed ({MAX_ATTEMPTS} plans); run again"
         )
+        return False
 
     # --- contents ----------------------------------------------------------------------------
+
+    def _snapshot(self, commit: str | None) -> dict[str, SnapshotEntry]:
+        """An imported commit's snapshot; each commit is read once per reconcile."""
+        if commit not in self.snapshots:
+            self.snapshots[commit] = commit_snapshot(self.mirror, commit, self.hashes)
+            self._remember(self.snapshots[commit])
+        return self.snapshots[commit]
 
     def _remember(self, snapshot: Mapping[str, SnapshotEntry]) -> None:
         for entry in snapshot.values():
@@ -481,6 +504,7 @@ class _Execution:
             reason=reason,
         )
         self.conflicted[memory_path] = Entry(against.sha256, against.memory_id)
+        self.recorded.add(memory_path)
         change = CheckoutChange(memory_path, markers, expected_local)
         self.conflict_writes[memory_path] = change
         return change
@@ -528,7 +552,7 @@ class _Execution:
         current: Plan,
         pushed: Mapping[str, Entry | None],
         scan: WorktreeScan,
-    ) -> None:
+    ) -> bool:
         agreed = next_base(
             snapshot_entries(base),
             snapshot_entries(remote),
@@ -537,8 +561,7 @@ class _Execution:
             conflicted=self.conflicted,
         )
         tip = self.mirror.tip()
-        tip_snapshot = commit_snapshot(self.mirror, tip, self.hashes)
-        self._remember(tip_snapshot)
+        tip_snapshot = self._snapshot(tip)
         entries: dict[str, SnapshotEntry] = {}
         for path, entry in agreed.items():
             blob = self._blob_for(path, entry, base, remote, tip_snapshot)
@@ -547,10 +570,16 @@ class _Execution:
         write_base(self.mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot, when=now)
         if tip is not None:
             wait_for_index_lock(self.mirror)
-            self.report.kept_commits = reset_main(self.mirror, tip, when=now)
-        records = open_conflicts(self.mirror)
+            self.report.kept_commits = reset_main(self.mirror, tip, when=now) or self.report.kept_commits
+        # What waits for the user is the state after the last round, not a sum over rounds.
+        self.report.rejected, self.report.withheld, self.report.conflicts = [], [], []
         report_notices(self.mirror, self.report, current, scan)
-        _report_conflicts(self.mirror, self.report, records, self.conflicted)
+        _report_conflicts(self.mirror, self.report, open_conflicts(self.mirror), self.recorded)
+        settled = current.held | set(self.conflicted)
+        return any(
+            entries.get(path) != tip_snapshot.get(path)
+            for path in (set(entries) | set(tip_snapshot)) - settled
+        )
 
     def _blob_for(
         self,

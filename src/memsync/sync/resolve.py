@@ -152,9 +152,9 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
                 " memsync status lists the open ones"
             )
         wait_for_index_lock(mirror)
-        outcome = _apply(mirror, record, choice, dialect)
+        outcome, replaced = _apply(mirror, record, choice, dialect)
         _base_from_conflict(mirror, record)
-        resolved = end_conflict(mirror, record)
+        resolved = end_conflict(mirror, record, resolution=outcome, replaced=replaced)
     where = locate_or(mirror_path, target)
     return Resolution(mirror_path.name, where, outcome, resolved)
 
@@ -164,7 +164,10 @@ def locate_or(mirror_path: Path, target: Target) -> str:
         return locate(mirror, target.memory_path) or target.tree_path
 
 
-def _apply(mirror: Mirror, record: ConflictRecord, choice: str | None, dialect: Dialect) -> str:
+def _apply(
+    mirror: Mirror, record: ConflictRecord, choice: str | None, dialect: Dialect
+) -> tuple[str, bytes | None]:
+    """Write the chosen side (or check the edited file): ``(resolution, bytes it overwrote or None)``."""
     path = record.memory_path
     now = current_sha256(mirror, path)
     if now == NOT_REGULAR:
@@ -175,19 +178,23 @@ def _apply(mirror: Mirror, record: ConflictRecord, choice: str | None, dialect: 
         data = conflict_side(mirror, record, "local" if choice == OURS else "remote")
         assert data is not None
         _check(path, data, dialect)
+        # Edits made to the file since the conflict was recorded are kept in the resolved record.
+        replaced = None
+        if now is not None and now not in (record.markers_sha256, record.local_sha256, record.remote_sha256):
+            replaced = read_worktree(mirror, path, now)
         apply_checkout(mirror, [CheckoutChange(path, data, now)], present=worktree_memory_paths(mirror))
-        return choice
+        return choice, replaced
     if choice is not None:
         raise UsageError(f"unknown resolution {choice!r}: use --ours or --theirs, or edit the file")
     if now is None:
-        return "deleted"
+        return "deleted", None
     if now == record.markers_sha256:
         raise UserError(
             f"{escape_for_terminal(path)} still holds the conflict markers memsync wrote: edit it to the"
             " content you want (or delete it), or run resolve with --ours or --theirs"
         )
     _check(path, read_worktree(mirror, path, now), dialect)
-    return "edited"
+    return "edited", None
 
 
 def _check(path: str, data: bytes, dialect: Dialect) -> None:

@@ -1,0 +1,160 @@
+"""memsync push, sync, status and resolve as a user runs them: subprocesses, real server, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memsync.api import open_client
+from memsync.daemon._state import StoreState, write_state
+from memsync.rules import Dialect
+from tests.support.server import ServerProcess
+
+BASE = "line 1\nline 2\nline 3\n"
+
+
+def memsync(
+    *args: str, config: Path, token: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsync", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MS_TOKEN": token},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def stores_of(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    found = json.loads(done.stdout)["stores"]
+    assert isinstance(found, list)
+    return found
+
+
+@pytest.fixture
+def setup(server: ServerProcess, tmp_path: Path) -> tuple[Path, str, Path]:
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        store = client.create_store(f"cli-push-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+        client.create_memory(store.id, "notes/p.md", BASE)
+        for i in range(4):
+            client.create_memory(store.id, f"m{i}.md", f"memory {i}\n")
+    config = tmp_path / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_env = "MS_TOKEN"\n'
+        f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n[stores]\ninclude = ["{store.id}"]\n'
+    )
+    return config, store.id, tmp_path / "mirrors" / store.id
+
+
+def test_conflict_status_resolve_and_sync(setup: tuple[Path, str, Path], server: ServerProcess) -> None:
+    config, store_id, repo = setup
+    first = memsync("sync", "--json", config=config, token=server.token)
+    assert first.returncode == 0, first.stderr
+    (repo / "notes" / "p.md").write_text(BASE.replace("line 2", "line 2 local"))
+    (repo / "bad.md").write_bytes(b"\xff\n")
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        memory = client.find_memory(store_id, "notes/p.md")
+        assert memory is not None
+        client.update_memory(
+            store_id,
+            memory.id,
+            BASE.replace("line 2", "line 2 remote"),
+            expected_sha256=memory.content_sha256,
+        )
+
+    pushed = memsync("push", "--json", config=config, token=server.token)
+    assert pushed.returncode == 4, pushed.stderr
+    (entry,) = stores_of(pushed)
+    assert entry["ok"] is True and entry["conflicts"] == [{"path": "notes/p.md"}]
+    assert [r["path"] for r in entry["rejected"]] == ["bad.md"]
+
+    status = memsync("status", "--json", config=config, token=server.token)
+    assert status.returncode == 4, status.stderr
+    (mirror,) = stores_of(status)
+    assert mirror["id"] == store_id and mirror["ok"] is True
+    assert [c["path"] for c in mirror["conflicts"]] == ["notes/p.md"]
+    assert mirror["conflicts"][0]["ref"].startswith("refs/memsync/conflicts/")
+    assert mirror["rejected"] == [{"path": "bad.md", "reason": mirror["rejected"][0]["reason"]}]
+    assert "UTF-8" in mirror["rejected"][0]["reason"]
+    assert mirror["daemon"] is None
+
+    text = memsync("status", config=config, token=server.token)
+    assert "conflict: notes/p.md" in text.stdout and "memsync resolve notes/p.md" in text.stdout
+
+    # From outside any mirror, PATH is relative to the root of the mirror that has the conflict.
+    both = memsync("resolve", "notes/p.md", "--ours", "--theirs", config=config, token=server.token)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+    unknown = memsync("resolve", "nowhere.md", config=config, token=server.token, cwd=config.parent)
+    assert unknown.returncode == 1 and "no mirror" in unknown.stderr
+    resolved = memsync(
+        "resolve", "notes/p.md", "--theirs", config=config, token=server.token, cwd=config.parent
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    assert "resolved notes/p.md with the store's content" in resolved.stdout
+    (repo / "bad.md").unlink()
+
+    synced = memsync("sync", "--json", config=config, token=server.token)
+    assert synced.returncode == 0, synced.stderr
+    (entry,) = stores_of(synced)
+    assert entry["conflicts"] == [] and entry["rejected"] == [] and entry["error"] is None
+    assert (repo / "notes" / "p.md").read_text() == BASE.replace("line 2", "line 2 remote")
+
+
+def test_dry_run_then_delete_guard_and_force(setup: tuple[Path, str, Path], server: ServerProcess) -> None:
+    config, store_id, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    for i in range(3):
+        (repo / f"m{i}.md").unlink()
+    (repo / "new.md").write_text("new\n")
+
+    dry = memsync("push", "--dry-run", "--json", config=config, token=server.token)
+    assert dry.returncode == 4, dry.stderr
+    (entry,) = stores_of(dry)
+    outcomes = {p["path"]: p["outcome"] for p in entry["predicted"]}
+    assert outcomes == {"new.md": "push", "m0.md": "withheld", "m1.md": "withheld", "m2.md": "withheld"}
+
+    refused = memsync("push", config=config, token=server.token)
+    assert refused.returncode == 4
+    assert "withheld: m0.md" in refused.stdout and "--force" in refused.stdout
+    assert "pushed: create new.md" in refused.stdout
+
+    forced = memsync("push", "--force", "--json", config=config, token=server.token)
+    assert forced.returncode == 0, forced.stderr
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        assert sorted(m.path for m in client.list_memories(store_id)) == ["m3.md", "new.md", "notes/p.md"]
+
+
+def test_status_shows_the_daemon_state(setup: tuple[Path, str, Path], server: ServerProcess) -> None:
+    config, store_id, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    now = datetime.now(UTC)
+    write_state(
+        repo,
+        StoreState(
+            store_id=store_id,
+            name="x",
+            status="idle",
+            daemon_pid=os.getpid(),
+            daemon_started_at=now - timedelta(minutes=5),
+            updated_at=now,
+            last_success=now - timedelta(seconds=90),
+            next_run=now + timedelta(minutes=4),
+        ),
+    )
+    done = memsync("status", "--json", config=config, token=server.token)
+    assert done.returncode == 0, done.stderr
+    (mirror,) = stores_of(done)
+    daemon = mirror["daemon"]
+    assert daemon["running"] is True and daemon["status"] == "idle" and daemon["paused"] is False
+    assert 89 <= daemon["lag_seconds"] < 200
+    assert daemon["last_success"].endswith("Z") and daemon["next_run"] is not None
+    assert mirror["conflicts"] == [] and mirror["rejected"] == [] and mirror["pending"] == []
