@@ -5,9 +5,10 @@
 Runs the same scenarios as ``tests/reliability`` and ``tests/fuzz`` (it imports them), with larger
 and randomised budgets, round after round until the time is up:
 
-- **crash**: two stores of 30-150 versions, imported in random batches by ``memsync pull`` killed
-  at random crash points (chains of up to six kills, before and after the stores grow); the last
-  run must end on the tip an uninterrupted pull makes, fsck clean, checkout at the tip;
+- **crash** (three a round): two stores of 15-75 versions, imported in random batches by ``memsync
+  pull`` killed at random crash points (chains of up to six kills, before and after the stores grow
+  by 5-75 versions); the last run must end on the tip an uninterrupted pull makes, fsck clean,
+  checkout at the tip;
 - **faults**: three or four stores of the three dialects written and pulled through 10-30 % injected
   faults with a random seed; same commit ids as fault-free pulls, no write doubled or lost;
 - **hostile**: every hostile-server trial (tests/reliability/hostility.py);
@@ -297,7 +298,8 @@ def main() -> int:
         while number == 0 or time.monotonic() < deadline:
             number += 1
             print(f"round {number} ({(time.monotonic() - started) / 60:.1f} min)", flush=True)
-            run_phase("crash", tally, work, lambda d: crash_round(server, rng, d, tally), options.keep)
+            for _ in range(3):  # cheap next to the others: three crash chains a round
+                run_phase("crash", tally, work, lambda d: crash_round(server, rng, d, tally), options.keep)
             run_phase("faults", tally, work, lambda d: fault_round(rng, d, tally), options.keep)
             run_phase("hostile", tally, work, lambda d: hostile_round(d, tally), options.keep)
             run_phase("round-trip", tally, work, lambda d: round_trip_round(server, tally), options.keep)
