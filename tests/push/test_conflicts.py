@@ -156,6 +156,20 @@ def test_resolve_finds_the_mirror_from_an_absolute_path_or_outside(
         find_target("other.md", cwd=tmp_path, root=side.root)
 
 
+def test_resolve_needs_store_when_several_mirrors_have_the_path(make_side: MakeSide, tmp_path: Any) -> None:
+    one, two = conflicted(make_side), conflicted(make_side)
+    two_root = one.root  # both mirrors under one root, as the config's mirror.root has them
+    two.root.rename(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere" / two.store.id).rename(two_root / two.store.id)
+    two.root = two_root
+    one.sync()
+    two.sync()
+    with pytest.raises(Exception, match="add --store ID"):
+        find_target("notes/p.md", cwd=tmp_path, root=one.root)
+    picked = find_target("notes/p.md", cwd=tmp_path, root=one.root, store=two.store.id)
+    assert picked == Target(two.repo, "notes/p.md", "notes/p.md")
+
+
 # --- the defaults table --------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from memsync.rules import Dialect
+from memsync.sync.cycle import run_cycle
 from tests.push.conftest import DIALECTS, Side, git, sha256
 
 MakeSide = Callable[..., Side]
@@ -43,6 +44,29 @@ def test_create_update_delete_reach_the_store(make_side: MakeSide, dialect: Dial
     before = side.client.request_count
     again = side.synced()
     assert again.pushed == 0 and side.client.request_count - before <= 2
+
+
+def test_a_push_costs_one_request_per_write_and_fetches_nothing_back(make_side: MakeSide) -> None:
+    side = make_side(Dialect.FORWARD, {"a.md": "a\n"})
+    side.write("a.md", "a, edited\n")
+    side.write("b.md", "new b\n")
+    side.write("c.md", "new c\n")
+    store = side.client.get_store(side.store.id)
+    before = side.client.request_count
+    report = run_cycle(side.client, store, side.root)
+    assert report.ok and report.pushed == 3
+    # The pull (one listing), three writes, the import of the three versions they made (one listing):
+    # their contents are the ones just sent, so none is fetched back.
+    assert side.client.request_count - before == 1 + 3 + 1
+
+
+def test_first_push_into_an_empty_store(make_side: MakeSide) -> None:
+    side = make_side(Dialect.FORWARD)
+    assert side.ref("refs/remotes/memstore/main") is None
+    side.write("first.md", "the very first memory\n")
+    side.synced()
+    assert side.remote() == {"first.md": "the very first memory\n"}
+    side.assert_in_step()
 
 
 def test_update_carries_the_base_hash_as_precondition(make_side: MakeSide) -> None:

@@ -137,6 +137,16 @@ class ContentIndex:
         return found
 
 
+def note_contents(path: Path, entries: Mapping[str, str]) -> None:
+    """Append ``sha256 -> blob`` lines for blobs written outside an import (what a push sent), so the
+    import of those versions does not fetch them again. They go after the last ``@`` marker, which a
+    load keeps; a missing index is left to be rebuilt from history instead."""
+    if not entries or not path.exists():
+        return
+    with open(path, "a", encoding="ascii") as out:
+        out.write("".join(f"{sha} {blob}\n" for sha, blob in entries.items()))
+
+
 def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
     # The file is spelled with the %_ suffix exactly when a directory of the same name exists.
     for suffixed in (False, True):

@@ -37,6 +37,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from memsync.errors import MirrorError
+from memsync.mirror.contentindex import note_contents
 from memsync.mirror.errors import translated
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.spellings import decoded, spell_all
@@ -252,10 +253,15 @@ def _parse_base_ids(message: str, commit: str) -> dict[str, str]:
 
 
 def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
-    """Write ``data`` as a blob (a loose object: memsync writes only a few this way); its id."""
+    """Write ``data`` as a blob (a loose object: memsync writes only a few this way); its id.
+
+    The content index learns it too, so importing the version a push made with it fetches nothing.
+    """
+    sha = hashlib.sha256(data).hexdigest()
     with translated("writing a blob"):
         blob = str(mirror._repo.create_blob(data))
-    hashes.learn(blob, hashlib.sha256(data).hexdigest())
+        note_contents(mirror.state_dir / "content-index", {sha: blob})
+    hashes.learn(blob, sha)
     return blob
 
 
