@@ -9,25 +9,36 @@ the git directory's own files alone, and end by itself within seconds.
 
 from __future__ import annotations
 
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.reliability.hostility import HOSTILITIES, Hostility, honest_mirrors, pull_against
+from tests.reliability.hostility import HOSTILITIES, Hostility, Trial, honest_mirrors, pull_against
 
 
 @pytest.fixture(scope="module")
-def honest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Per dialect, the mirror root an honest first pull makes (each trial starts from a copy)."""
-    return {d: honest_mirrors(d, tmp_path_factory.mktemp(f"honest-{d}")) for d in ("forward", "anthropic")}
+def trials(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trial | BaseException]:
+    """Every trial, three at a time (each is mostly a memsync subprocess and git's), from copies of
+    one honest mirror per dialect."""
+    honest = {d: honest_mirrors(d, tmp_path_factory.mktemp(f"honest-{d}")) for d in ("forward", "anthropic")}
+
+    def run(hostility: Hostility) -> Trial | BaseException:
+        try:
+            return pull_against(hostility, tmp_path_factory.mktemp(hostility.name), honest[hostility.dialect])
+        except Exception as failed:  # reported by the trial's own test
+            return failed
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(zip([h.name for h in HOSTILITIES], pool.map(run, HOSTILITIES), strict=True))
 
 
-@pytest.mark.timeout(90)
 @pytest.mark.parametrize("hostility", HOSTILITIES, ids=[h.name for h in HOSTILITIES])
 def test_a_hostile_answer_is_refused_and_leaves_nothing_behind(
-    hostility: Hostility, tmp_path: Path, honest: dict[str, Path]
+    hostility: Hostility, trials: dict[str, Trial | BaseException]
 ) -> None:
-    trial = pull_against(hostility, tmp_path, honest[hostility.dialect])
+    trial = trials[hostility.name]
+    if isinstance(trial, BaseException):
+        raise trial
     # pull_against checked every promise; legal input (a .git-looking path, a NUL in a content) is
     # the one kind that must end well.
     assert (trial.second.returncode == 0) is (hostility.refusal is None)
