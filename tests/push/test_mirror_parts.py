@@ -90,6 +90,42 @@ def test_scan_reads_regular_files_and_never_follows_links(mirror: Mirror, tmp_pa
     assert ".notes.md.swp" in scan_worktree(mirror, Dialect.FORWARD, known={".notes.md.swp"}).files
 
 
+def test_scans_reuse_hashes_of_files_that_did_not_change(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memsync.mirror import worktree
+
+    root = mirror.path
+    for i in range(5):
+        (root / f"f{i}.md").write_text(f"file {i}\n")
+    old = 1_600_000_000
+    for path in root.rglob("*.md"):
+        os.utime(path, (old, old))  # long settled: past the racy window
+    reads: list[Path] = []
+    real = worktree._hash_file
+
+    def counting(full: Path) -> tuple[str, str | None, int, bytes | None]:
+        reads.append(full)
+        return real(full)
+
+    monkeypatch.setattr(worktree, "_hash_file", counting)
+    first = scan_worktree(mirror, Dialect.FORWARD)
+    assert len(reads) == 7
+    reads.clear()
+    assert scan_worktree(mirror, Dialect.FORWARD) == first and reads == []
+    # An edit changes size or times; a file written just now is read again until it is old enough.
+    (root / "f1.md").write_text("file 1, edited\n")
+    third = scan_worktree(mirror, Dialect.FORWARD)
+    assert reads == [root / "f1.md"] and third.files["f1.md"].sha256 == sha(b"file 1, edited\n")
+    reads.clear()
+    scan_worktree(mirror, Dialect.FORWARD)
+    assert reads == [root / "f1.md"]
+    # Another dialect judges contents differently: the cache does not carry over.
+    reads.clear()
+    scan_worktree(mirror, Dialect.ANTHROPIC, save_cache=False)
+    assert len(reads) == 7
+
+
 # --- writing the checkout ------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -104,28 +105,36 @@ class WorktreeScan:
     strays: list[StrayFile] = field(default_factory=list)
 
 
-def scan_worktree(mirror: Mirror, dialect: Dialect, *, known: Set[str] = frozenset()) -> WorktreeScan:
+def scan_worktree(
+    mirror: Mirror,
+    dialect: Dialect,
+    *,
+    known: Set[str] = frozenset(),
+    save_cache: bool = True,
+    trust_cache: bool = True,
+) -> WorktreeScan:
     """Read the working tree (``.git`` excluded), hashing regular files without following links.
 
     ``known`` are memory paths that count whatever git's ignore rules say (the base's and the store's
-    memories); an untracked file git ignores is skipped otherwise.
+    memories); an untracked file git ignores is skipped otherwise. A file whose ``lstat`` (size, mtime,
+    ctime, inode) is what the stat cache recorded, and that was last modified over a second before it
+    was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
+    ``save_cache=False`` writes nothing (status, dry runs).
     """
     repo = mirror._repo
     root = mirror.path
-    with translated("reading the index"):
-        repo.index.read(False)
-        tracked = {entry.path for entry in repo.index}
+    cache = _StatCache(mirror, dialect, trusted=trust_cache)
     scan = WorktreeScan()
     seen: dict[str, str] = {}
     for tree_path, info in _walk(root):
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if tree_path not in tracked and _ignored(repo, tree_path):
+            if _ignored(repo, tree_path) and not _tracked(repo, tree_path):
                 continue
             scan.strays.append(StrayFile(tree_path, str(exc)))
             continue
-        if tree_path not in tracked and memory_path not in known and _ignored(repo, tree_path):
+        if memory_path not in known and _ignored(repo, tree_path) and not _tracked(repo, tree_path):
             continue
         other = seen.get(memory_path)
         if other is not None:
@@ -138,8 +147,83 @@ def scan_worktree(mirror: Mirror, dialect: Dialect, *, known: Set[str] = frozens
             )
             continue
         seen[memory_path] = tree_path
-        scan.files[memory_path] = _inspect(root / tree_path, tree_path, memory_path, info, dialect)
+        scan.files[memory_path] = _inspect(root / tree_path, tree_path, memory_path, info, dialect, cache)
+    if save_cache:
+        cache.save()
     return scan
+
+
+class _StatCache:
+    """What scans found, by working-tree path and ``lstat``: ``.git/memsync/worktree-stat.json``.
+
+    Reading and hashing every file is most of a scan. An entry is reused when size, mtime, ctime and
+    inode are unchanged *and* the file's mtime was over a second older than the scan that hashed it:
+    a file written again within the same timestamp tick as that read (same size, same mtime) would
+    otherwise look unchanged — git's "racily clean" problem. Such recent files are simply hashed again
+    until they are old enough. A cache, so any problem reading or writing it costs only time.
+    """
+
+    FILE = "worktree-stat.json"
+    FORMAT = 1
+    RACY_NS = 1_000_000_000
+
+    def __init__(self, mirror: Mirror, dialect: Dialect, *, trusted: bool) -> None:
+        self._path = mirror.state_dir / self.FILE
+        self._dialect = dialect.value
+        self._started = time.time_ns()
+        self._old: dict[str, list[object]] = self._load() if trusted else {}
+        self._new: dict[str, list[object]] = {}
+
+    def _load(self) -> dict[str, list[object]]:
+        try:
+            data = json.loads(self._path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != self.FORMAT
+            or data.get("dialect") != self._dialect
+        ):
+            return {}
+        files = data.get("files")
+        return files if isinstance(files, dict) else {}
+
+    def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None, int, str | None] | None:
+        entry = self._old.get(tree_path)
+        if not isinstance(entry, list) or len(entry) != 8:
+            return None
+        size, mtime, ctime, inode, hashed_at, sha, blob, problem = entry
+        if [size, mtime, ctime, inode] != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]:
+            return None
+        if not isinstance(hashed_at, int) or info.st_mtime_ns + self.RACY_NS >= hashed_at:
+            return None
+        if (
+            not isinstance(sha, str)
+            or not isinstance(blob, str | None)
+            or not isinstance(problem, str | None)
+        ):
+            return None
+        self._new[tree_path] = entry
+        return sha, blob, info.st_size, problem
+
+    def store(
+        self, tree_path: str, info: os.stat_result, sha: str, blob: str | None, problem: str | None
+    ) -> None:
+        hashed_at = self._started
+        self._new[tree_path] = [
+            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, hashed_at, sha, blob, problem
+        ]  # fmt: skip
+
+    def save(self) -> None:
+        if self._new == self._old:
+            return
+        payload = {"format": self.FORMAT, "dialect": self._dialect, "files": self._new}
+        temporary = self._path.with_name(f".{self.FILE}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
+            os.replace(temporary, self._path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
 
 
 def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
@@ -183,6 +267,14 @@ def _ignored(repo: pygit2.Repository, tree_path: str) -> bool:
         return bool(repo.path_is_ignored(tree_path))
 
 
+def _tracked(repo: pygit2.Repository, tree_path: str) -> bool:
+    """Whether the index has the path (asked only for the few files git would ignore)."""
+    with translated("reading the index"):
+        index = repo.index
+        index.read(False)
+        return tree_path in index
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
@@ -198,18 +290,21 @@ def _kind(mode: int) -> str:
 
 
 def _inspect(
-    full: Path, tree_path: str, memory_path: str, info: os.stat_result, dialect: Dialect
+    full: Path, tree_path: str, memory_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
 ) -> WorktreeFile:
     kind = _kind(info.st_mode)
     if kind != "file":
         return WorktreeFile(memory_path, tree_path, kind)
+    cached = cache.lookup(tree_path, info)
+    if cached is not None:
+        return WorktreeFile(memory_path, tree_path, kind, cached[0], cached[1], cached[3], cached[2])
     try:
         sha, blob, size, data = _hash_file(full)
     except _NotRegular as exc:
         return WorktreeFile(memory_path, tree_path, exc.kind)
     except FileNotFoundError:
-        # Deleted between the listing and the read: a later scan sees it gone.
-        return WorktreeFile(memory_path, tree_path, "other", problem="it disappeared while being read")
+        # Gone between the listing and the read (an editor saving by rename): held, not a delete.
+        return WorktreeFile(memory_path, tree_path, kind, problem="it disappeared while memsync read it")
     problem: str | None = None
     if data is None:
         problem = str(
@@ -220,6 +315,7 @@ def _inspect(
             decode_content(data, dialect)
         except RuleViolation as exc:
             problem = str(exc)
+    cache.store(tree_path, info, sha, blob, problem)
     return WorktreeFile(memory_path, tree_path, kind, sha, blob, problem, size)
 
 

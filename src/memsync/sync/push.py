@@ -184,7 +184,7 @@ def local_entries(scan: WorktreeScan) -> dict[str, LocalEntry]:
         if found.kind != "file":
             local[path] = LocalEntry.not_regular(found.kind)
         else:
-            assert found.sha256 is not None
+            # A file without a hash vanished while it was read: held (reported), never a delete.
             local[path] = LocalEntry(found.sha256, found.problem)
     return local
 
@@ -294,7 +294,14 @@ class _Execution:
             self.report.attempts += 1
             tip = self.mirror.tip()
             remote = self._snapshot(tip)
-            scan = scan_worktree(self.mirror, self.dialect, known=set(base) | set(remote))
+            # After a re-plan every file is read again: a file saved in the same instant as the stat
+            # cache saw it is the one thing that cache cannot tell.
+            scan = scan_worktree(
+                self.mirror,
+                self.dialect,
+                known=set(base) | set(remote),
+                trust_cache=self.report.attempts == 1,
+            )
             records = open_conflicts(self.mirror)
             current = plan(
                 snapshot_entries(base),
@@ -681,7 +688,7 @@ def _predict(
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
     _, base = read_base(mirror, hashes)
     remote = {m.path: Entry(m.content_sha256, m.id) for m in client.list_memories(store.id)}
-    scan = scan_worktree(mirror, client.dialect, known=set(base) | set(remote))
+    scan = scan_worktree(mirror, client.dialect, known=set(base) | set(remote), save_cache=False)
     records = open_conflicts(mirror)
     current = plan(
         snapshot_entries(base),

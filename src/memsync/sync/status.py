@@ -141,7 +141,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
     _, base = read_base(mirror, hashes)
     report.tip = mirror.tip()
     remote = commit_snapshot(mirror, report.tip, hashes)
-    scan = scan_worktree(mirror, dialect, known=set(base) | set(remote))
+    scan = scan_worktree(mirror, dialect, known=set(base) | set(remote), save_cache=False)
     records = open_conflicts(mirror)
     current = plan(
         snapshot_entries(base),
