@@ -182,6 +182,12 @@ def test_dry_run_predicts_and_writes_nothing(make_side: MakeSide) -> None:
     assert report.exit_code == 4
     assert _fingerprint(side.repo) == before
     assert side.version_count() == versions
+    # A predicted conflict alone is worth exit 4 too.
+    (side.repo / "bad.md").unlink()
+    (side.repo / "push.md").write_text("p\n")
+    (side.repo / "merge.md").write_text("1\n2\n3\n4\n")
+    alone = predict_push(side.client, side.client.get_store(side.store.id), side.root)
+    assert {p["outcome"] for p in alone.predicted} == {"conflict", "pull"} and alone.exit_code == 4
 
 
 def test_git_index_lock_is_waited_for_then_reported(

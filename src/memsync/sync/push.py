@@ -40,6 +40,7 @@ from memsync.api import (
     Store,
     StoreArchived,
 )
+from memsync.crashpoints import crash_point
 from memsync.engine.reconcile import (
     Action,
     Conflict,
@@ -132,8 +133,10 @@ class PushReport:
 
     @property
     def needs_attention(self) -> bool:
-        """Conflicts, rejected files or withheld deletes wait for the user (exit code 4)."""
-        return bool(self.conflicts or self.rejected or self.withheld)
+        """Conflicts, rejected files or withheld deletes wait for the user (exit code 4); for a dry
+        run, also the conflicts the push would record."""
+        predicted = any(p["outcome"] in ("conflict", "rejected", "withheld") for p in self.predicted)
+        return bool(self.conflicts or self.rejected or self.withheld or predicted)
 
     @property
     def exit_code(self) -> int:
@@ -322,8 +325,10 @@ class _Execution:
                     # What the push created becomes history now, before the checkout moves; the
                     # checkout still differs from main here, so the import leaves it alone.
                     self.importer()
+                    crash_point("push.imported")
                 changes += self._pending_markers(current)
                 self._checkout(changes, scan)
+                crash_point("push.checkout_written")
             except Replan as why:
                 log.info("%s: planning again after: %s", self.store.id, why)
                 self.report.warnings.append(f"planned again: {why}")
@@ -414,6 +419,8 @@ class _Execution:
                     changes.append(self._conflict(action, base, remote))
                 else:
                     changes.append(self._checkout_change(action, base, remote))
+                if isinstance(action, Create | Update | Delete | Rename | Merge):
+                    crash_point("push.store_write")
             except (PreconditionFailed, PathConflict) as exc:
                 raise Replan(f"{action.path}: {exc}") from None
             except NotFound as exc:
@@ -510,6 +517,7 @@ class _Execution:
             remote_memory_id=against.memory_id,
             reason=reason,
         )
+        crash_point("push.conflict_recorded")
         self.conflicted[memory_path] = Entry(against.sha256, against.memory_id)
         self.recorded.add(memory_path)
         change = CheckoutChange(memory_path, markers, expected_local)
@@ -575,6 +583,7 @@ class _Execution:
             entries[path] = SnapshotEntry(blob, entry.hash, entry.memory_id)
         now = datetime.now(UTC)
         write_base(self.mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot, when=now)
+        crash_point("push.base_moved")
         if tip is not None:
             wait_for_index_lock(self.mirror)
             self.report.kept_commits = reset_main(self.mirror, tip, when=now) or self.report.kept_commits
