@@ -119,7 +119,9 @@ def crash_round(server: ServerProcess, rng: random.Random, work: Path, tally: Ta
                 "checkout.main_moved": 2,
             }
             point = rng.choice(CRASH_POINTS["pull"])
-            case = CrashCase(point, rng.randint(1, limits[point]))
+            # Mostly in the first half, so that the chain goes on; sometimes anywhere, the end included.
+            last = limits[point] if rng.random() < 0.3 else max(1, limits[point] // 2)
+            case = CrashCase(point, rng.randint(1, last))
             run = cli.run("pull", "--json", env={CRASH_ENV: str(case), BATCH_ENV: str(batch)})
             if not run.killed:
                 assert run.returncode == 0, f"{case}: {run.describe()}"
