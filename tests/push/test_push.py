@@ -174,12 +174,14 @@ def test_a_file_that_becomes_a_folder_sibling_is_respelt(make_side: MakeSide) ->
 
 
 def test_editor_temporaries_and_ignored_files_are_not_memories(make_side: MakeSide) -> None:
-    side = make_side(Dialect.FORWARD, {"a.md": "a\n"})
+    # ...unless the store has a memory of that name: then it is a memory like any other.
+    side = make_side(Dialect.FORWARD, {"a.md": "a\n", ".#memsync-notes": "named like a temporary\n"})
     side.write(".a.md.swp", b"\x00vim swap")
     side.write("a.md~", "backup copy\n")
     side.write("real.md", "a memory\n")
+    side.write(".#memsync-notes", "edited\n")
     report = side.synced()
-    assert side.remote() == {"a.md": "a\n", "real.md": "a memory\n"}
+    assert side.remote() == {"a.md": "a\n", "real.md": "a memory\n", ".#memsync-notes": "edited\n"}
     assert report.rejected == [] and report.exit_code == 0
 
 

@@ -43,8 +43,8 @@ from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
-# memsync's own temporaries match the ".#*" line of .git/info/exclude, so git and the daemon's
-# watcher ignore them.
+# memsync's own temporaries match the ".#*" line of .git/info/exclude, so git, scans and the daemon's
+# watcher ignore them (unless a memory has such a name: then it is a memory like any other).
 TEMPORARY_PREFIX = ".#memsync-"
 _CHUNK = 1 << 16
 INDEX_LOCK_WAIT_S = 5.0
@@ -249,8 +249,6 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
         for entry in entries:
             tree_path = f"{prefix}{entry.name}"
             if not prefix and entry.name == ".git":
-                continue
-            if entry.name.startswith(TEMPORARY_PREFIX):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
