@@ -397,10 +397,7 @@ def _describe_cycle(report: dict[str, Any]) -> str:
             f"  conflict: {esc(item['path'])}: {esc(item['reason'])}; edit it, then run"
             f" `memsync resolve {esc(item['path'])}` (or --ours / --theirs); sides kept in {esc(item['ref'])}"
         )
-    for item in report["rejected"]:
-        lines.append(f"  rejected: {esc(item['path'])}: {esc(item['reason'])}")
-    for item in report["withheld"]:
-        lines.append(f"  withheld: {esc(item['path'])}: {esc(item['reason'])}")
+    lines += _grouped("rejected", report["rejected"]) + _grouped("withheld", report["withheld"])
     if report.get("kept_commits"):
         lines.append(
             "  your local commits were pushed; main was reset to memstore/main and the old main is kept"
@@ -412,6 +409,16 @@ def _describe_cycle(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _grouped(label: str, items: list[dict[str, str]]) -> list[str]:
+    """One line per reason: a mass delete withholds many paths for one reason."""
+    from memsync.mirror import escape_for_terminal as esc
+
+    by_reason: dict[str, list[str]] = {}
+    for item in items:
+        by_reason.setdefault(item["reason"], []).append(esc(item["path"]))
+    return [f"  {label}: {', '.join(paths)}: {esc(reason)}" for reason, paths in by_reason.items()]
+
+
 def _describe_prediction(report: dict[str, Any]) -> str:
     from memsync.mirror import escape_for_terminal as esc
 
@@ -419,11 +426,13 @@ def _describe_prediction(report: dict[str, Any]) -> str:
     lines = [f"{head}: dry run, nothing written -> {report['path']}"]
     for item in report.get("predicted", []):
         moved = f" -> {esc(item['to'])}" if "to" in item else ""
-        lines.append(f"  {item['outcome']:<9} {item['action']:<7} {esc(item['path'])}{moved}")
+        what = (
+            f"{item['outcome']} {item['action']}" if item["outcome"] in ("push", "pull") else item["outcome"]
+        )
+        lines.append(f"  {what:<15} {esc(item['path'])}{moved}")
     if len(lines) == 1:
         lines.append("  nothing to push")
-    for item in report["rejected"] + report["withheld"]:
-        lines.append(f"  {esc(item['path'])}: {esc(item['reason'])}")
+    lines += _grouped("rejected", report["rejected"]) + _grouped("withheld", report["withheld"])
     lines += [f"  warning: {esc(w)}" for w in report["warnings"]]
     if report["error"]:
         lines.append(f"  error: {esc(report['error'])}")
@@ -523,10 +532,7 @@ def _describe_status(report: dict[str, Any]) -> str:
             f" in {esc(item['ref'])}); edit it and run `memsync resolve {esc(item['path'])}`, or --ours"
             " / --theirs"
         )
-    for item in report["rejected"]:
-        lines.append(f"  rejected: {esc(item['path'])}: {esc(item['reason'])}")
-    for item in report["withheld"]:
-        lines.append(f"  withheld: {esc(item['path'])}: {esc(item['reason'])}")
+    lines += _grouped("rejected", report["rejected"]) + _grouped("withheld", report["withheld"])
     for item in report["pending"]:
         moved = f" -> {esc(item['to'])}" if "to" in item else ""
         lines.append(f"  to push: {item['action']} {esc(item['path'])}{moved}")
