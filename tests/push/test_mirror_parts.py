@@ -24,6 +24,7 @@ from memsync.mirror import (
     commit_snapshot,
     conflict_side,
     end_conflict,
+    keep_base_ids,
     open_conflicts,
     read_base,
     record_conflict,
@@ -247,6 +248,29 @@ def test_base_commits_round_trip_and_collapse_onto_the_tip(mirror: Mirror) -> No
     assert write_base(mirror, tip_snapshot, expected_old=written, tip=tip, tip_snapshot=tip_snapshot) == tip
     hashes.save()
     assert BlobHashes(mirror).sha256(tip_snapshot["a.md"].blob) == sha(b"a\n")
+
+
+def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashes = BlobHashes(mirror)
+    base = mirror.ref_target(Mirror.BASE_REF)
+    assert base == mirror.tip()
+    expected = read_base(mirror, hashes)
+    keep_base_ids(mirror)
+    with mirror.history_writer() as writer:  # the store moves on; the base waits for a reconcile
+        writer.add(record(3, "mem_c", "created", "c.md", b"c\n"))
+        writer.add(record(4, "mem_a", "updated", "a.md", b"a2\n"))
+    assert mirror.tip() != base
+    fresh = Mirror.open(mirror.path)
+    real = fresh.paths
+
+    def no_replay(commit: str | None = None) -> dict[str, str]:
+        assert commit != base, "the base's ids were replayed from history"
+        return real(commit)
+
+    monkeypatch.setattr(fresh, "paths", no_replay)
+    assert read_base(fresh, BlobHashes(fresh)) == expected
 
 
 def test_reset_main_keeps_local_commits(mirror: Mirror) -> None:

@@ -28,9 +28,12 @@ The SHA-256 of a blob never changes, so it is cached for good in ``.git/memsync/
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -171,7 +174,11 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
     with translated(f"reading the base commit {commit}"):
         message = mirror._repo[commit].peel(pygit2.Commit).message
     if not _is_base_message(message):
-        return commit, commit_snapshot(mirror, commit, hashes)
+        files = tree_files(mirror, commit)
+        kept = _kept_base_ids(mirror, commit)
+        if kept is None or set(kept) != set(files):
+            return commit, commit_snapshot(mirror, commit, hashes)
+        return commit, {p: SnapshotEntry(b, hashes.sha256(b), kept[p]) for p, b in files.items()}
     owners = _parse_base_ids(message, commit)
     files = tree_files(mirror, commit)
     if set(files) != set(owners):
@@ -181,6 +188,49 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
             " refs/remotes/memstore/main) and run again"
         )
     return commit, {p: SnapshotEntry(b, hashes.sha256(b), owners[p]) for p, b in files.items()}
+
+
+def keep_base_ids(mirror: Mirror) -> None:
+    """While the base is the imported tip, keep its ``{path: memory id}`` beside it.
+
+    The ids of an imported commit come from replaying trailers, which is cheap only for the tip (its
+    map is cached). Once a pull moves the tip past a base that waits for a reconcile, reading that
+    base's ids would replay the whole history — a cost growing with every version ever imported. So
+    the cycle calls this before pulling: a stat when the ids are kept already, one read of the tip's
+    cached map when the base moved. ``.git/memsync/base-ids-<commit>.json``, a cache.
+    """
+    base = mirror.ref_target(mirror.BASE_REF)
+    if base is None or base != mirror.tip() or _base_ids_file(mirror, base).exists():
+        return
+    _save_base_ids(mirror, base, mirror.paths(base))
+
+
+def _base_ids_file(mirror: Mirror, commit: str) -> Path:
+    return mirror.state_dir / f"base-ids-{commit}.json"
+
+
+def _save_base_ids(mirror: Mirror, commit: str, owners: Mapping[str, str]) -> None:
+    target = _base_ids_file(mirror, commit)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(json.dumps({"commit": commit, "paths": dict(owners)}), encoding="utf-8")
+        os.replace(temporary, target)
+        for older in mirror.state_dir.glob("base-ids-*.json"):
+            if older != target:
+                older.unlink(missing_ok=True)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+
+
+def _kept_base_ids(mirror: Mirror, commit: str) -> dict[str, str] | None:
+    try:
+        data = json.loads(_base_ids_file(mirror, commit).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    paths = data.get("paths") if isinstance(data, dict) and data.get("commit") == commit else None
+    if not isinstance(paths, dict) or not all(isinstance(v, str) for v in paths.values()):
+        return None
+    return paths
 
 
 def write_base(
@@ -199,6 +249,7 @@ def write_base(
     """
     if tip is not None and dict(entries) == dict(tip_snapshot):
         target = tip
+        _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
     else:
         target = _base_commit_for(mirror, entries, tip, when or datetime.now(UTC))
     if target != expected_old:

@@ -8,12 +8,14 @@ a pull and a push); callers hold no git or HTTP knowledge of their own.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memsync.api import Client, Store
 from memsync.errors import LockHeld, MemsyncError, combine_exit_codes
+from memsync.mirror import Mirror, keep_base_ids
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
@@ -22,6 +24,8 @@ from memsync.sync.push import (
     reconcile,
     report_open_conflicts,
 )
+
+log = logging.getLogger("memsync.cycle")
 
 
 @dataclass
@@ -91,6 +95,7 @@ def run_cycle(
     """
     try:
         with store_lock(root, store.id):
+            _keep_base_ids(root, store.id)
             pull = pull_store(client, store, root, full_scan=full_scan, locked=True)
             push: PushReport | None = None
             if pull.ok:
@@ -106,6 +111,19 @@ def run_cycle(
         report.conflicts = [conflict["path"] for conflict in push.conflicts]
         report.rejected = list(push.rejected)
     return report
+
+
+def _keep_base_ids(root: Path, store_id: str) -> None:
+    """Before the pull moves the tip: keep the base's memory ids while they are cheap to read."""
+    where = mirror_path(root, store_id)
+    if not (where / ".git").is_dir():
+        return
+    try:
+        with Mirror.open(where) as mirror:
+            keep_base_ids(mirror)
+    except MemsyncError as exc:
+        # A cache: without it the reconcile replays the history for the base's ids instead.
+        log.debug("%s: base ids not kept: %s", store_id, exc)
 
 
 def _push(
