@@ -16,6 +16,7 @@ import pytest
 from memsync.api import Client, open_client
 from memsync.rules import Dialect
 from tests.push.conftest import git
+from tests.reliability.crashes import CRASH_POINTS
 from tests.support.server import ServerProcess
 
 BASE = "line 1\nline 2\nline 3\n"
@@ -27,6 +28,10 @@ POINTS = [
     ("push.checkout_written", 1),
     ("push.base_moved", 1),
 ]
+
+
+def test_every_push_crash_point_is_killed_here() -> None:
+    assert {point for point, _ in POINTS} == set(CRASH_POINTS["push"])
 
 
 def run(config: Path, token: str, *args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:

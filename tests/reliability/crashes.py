@@ -30,6 +30,22 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "checkout.tree_written",  # the working tree is at the tip, main not moved (mirror/checkout.py)
         "checkout.main_moved",  # main moved, refs/memsync/base not yet
     ),
+    # Killed by tests/push/test_crashes.py (one CLI push per point) and the soak's push rounds.
+    "push": (
+        "push.store_write",  # after each store write (create, update, delete, rename, merge)
+        "push.conflict_recorded",  # a conflict's record ref written, its markers not yet
+        "push.imported",  # the writes imported into memstore/main, the checkout not moved
+        "push.checkout_written",  # the checkout written, the base not moved
+        "push.base_moved",  # refs/memsync/base moved, the plan's end not reported
+    ),
+    # A backup also runs pull's points inside its pull (and rewrite.* with --full-scan).
+    "backup": (
+        "backup.pulled",  # a store's pull done, nothing pushed (sync/backup.py)
+        "backup.remote_created",  # a local remote created empty, nothing pushed (mirror/remote.py)
+        "backup.prune_noted",  # a forced update is owed a prune (.git/memsync/backup-prune-pending)
+        "backup.remote_pushed",  # a remote's refs moved; a forced update not pruned yet
+        "backup.remote_pruned",  # a local remote pruned, the note not cleared
+    ),
 }
 
 

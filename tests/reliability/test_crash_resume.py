@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import memsync
 from memsync.api import open_client
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
-from tests.reliability.crashes import CrashCase, assert_converged, crash_then_finish
+from tests.reliability.crashes import CRASH_POINTS, CrashCase, assert_converged, crash_then_finish
 from tests.reliability.harness import GitOracle, MemsyncCli, write_config
 from tests.reliability.histories import History, assert_mirror_holds, build_history, grow_history
 from tests.support.server import ServerProcess
@@ -124,3 +125,11 @@ def test_a_pull_killed_again_and_again_still_converges(world: CrashWorld, tmp_pa
     assert_converged({s: GitOracle(root / s) for s in world.store_ids}, world.tips)
     for history in world.histories:
         assert_mirror_holds(root / history.store.id, history)
+
+
+def test_every_listed_crash_point_is_in_the_code() -> None:
+    # A point renamed in the code would make its kill cases fail only as "expected a kill": say why.
+    source = "\n".join(p.read_text(encoding="utf-8") for p in Path(memsync.__file__).parent.rglob("*.py"))
+    for command, points in CRASH_POINTS.items():
+        for point in points:
+            assert f'crash_point("{point}")' in source, f"{command}: no crash_point({point!r}) in memsync"

@@ -19,7 +19,9 @@ every ref under ``refs/memsync/`` keep their names. Updates are fast-forward onl
 force-updated only from a commit a redaction rewrite replaced (:func:`memsync.mirror.superseded_commits`),
 and a ``refs/memsync/`` ref the mirror no longer has is deleted from the backup. After a forced update
 or a delete, a local backup is pruned (reflogs expired, ``git gc --prune=now``) so the replaced
-objects leave it too; a network host may keep them, and the result says so.
+objects leave it too; a network host may keep them, and the result says so. The prune is owed from
+before the push until it is done (``.git/memsync/backup-prune-pending``), so a push killed in
+between is pruned (or warned about) by the next run although its refs are up to date by then.
 
 **Reading a backup back** (:class:`BackupRepository`): a mirror or a bare backup, for ``restore``
 and ``verify``: commits, files at a commit (memory paths, decoded strictly), blobs, the imported
@@ -41,6 +43,7 @@ from typing import Any, Literal
 import pygit2
 from pygit2.enums import CredentialType
 
+from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
@@ -61,6 +64,10 @@ _ENV_REFERENCE = re.compile(
 )
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 _DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
+# Targets whose refs a push replaced or deleted and that are not pruned (or warned about) yet, in the
+# mirror's .git/memsync/: a push killed before its prune leaves refs up to date, so only this note
+# tells the next run that the replaced objects are still in the backup.
+PRUNE_NOTE = "backup-prune-pending"
 
 
 @dataclass(frozen=True)
@@ -308,6 +315,8 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
     refs = backup_refs(mirror)
     if target.path is not None:
         result.created = _ensure_local_repository(target.path)
+        if result.created:
+            crash_point("backup.remote_created")  # an empty bare repository, nothing pushed into it
     repo = mirror._repo
     heads = _remote_heads(repo, target)
     superseded = superseded_commits(mirror)
@@ -347,6 +356,10 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         if remote_ref.startswith(RECORDS_PREFIX) and remote_ref not in kept:
             specs.append(f":{remote_ref}")
             planned.append(RefPush(None, remote_ref, old, None, "deleted"))
+    owed = target.display in _prune_owed(mirror)
+    if not owed and any(ref.status in ("forced", "deleted") for ref in planned):
+        _note_prune(mirror, target.display, owed=True)
+        crash_point("backup.prune_noted")
     callbacks = _Callbacks(target)
     if specs:
         # A remote that listed refs stays connected for fetching; pushing needs one of its own.
@@ -355,14 +368,16 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
             remote.push(specs, callbacks=callbacks)
         except pygit2.GitError as exc:
             raise MirrorError(callbacks.refused or f"pushing to {target.display}: {exc}") from None
+        crash_point("backup.remote_pushed")  # the remote's refs moved; a forced update not pruned yet
     for ref in planned:
         answer = callbacks.answers.get(ref.remote, None)
         if ref.status not in ("up-to-date", "rejected") and answer is not None:
             ref = RefPush(ref.local, ref.remote, ref.old, ref.new, "rejected", f"{target.display}: {answer}")
         result.refs.append(ref)
-    rewritten = any(ref.status in ("forced", "deleted") for ref in result.refs)
+    rewritten = owed or any(ref.status in ("forced", "deleted") for ref in result.refs)
     if rewritten and target.path is not None:
         _prune_local(target.path)
+        crash_point("backup.remote_pruned")
         result.pruned = True
     elif rewritten:
         result.warnings.append(
@@ -370,6 +385,34 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
             " (in its reflogs, caches, forks or pull-request refs) until it collects garbage: ask its"
             " administrator to purge them if the redacted content must be gone there too"
         )
+    if rewritten:
+        _note_prune(mirror, target.display, owed=False)
+
+
+def _prune_owed(mirror: Mirror) -> set[str]:
+    """Targets (by display) whose replaced objects an interrupted push left unpruned."""
+    try:
+        found = json.loads((mirror.state_dir / PRUNE_NOTE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return set()  # written whole (os.replace), so only a hand-edited note fails to parse
+    return {item for item in found if isinstance(item, str)} if isinstance(found, list) else set()
+
+
+def _note_prune(mirror: Mirror, display: str, *, owed: bool) -> None:
+    owing = _prune_owed(mirror)
+    if (display in owing) is owed:
+        return
+    owing = owing | {display} if owed else owing - {display}
+    note = mirror.state_dir / PRUNE_NOTE
+    if not owing:
+        note.unlink(missing_ok=True)
+        return
+    partial = note.with_name(f"{PRUNE_NOTE}.{os.getpid()}.tmp")
+    with open(partial, "w", encoding="utf-8") as out:
+        json.dump(sorted(owing), out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, note)
 
 
 def _remote_heads(repo: pygit2.Repository, target: BackupTarget) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from memsync.api import Client, Store
 from memsync.config import Config
+from memsync.crashpoints import crash_point
 from memsync.errors import (
     EXIT_FAILED,
     EXIT_LOCKED,
@@ -141,6 +142,8 @@ def backup_stores(
         if store is not None:
             pulled = pull_store(client, store, root, full_scan=full_scan, progress=progress)
             _take_pull(report, pulled)
+            # The mirror is up to date and nothing is pushed yet: a kill here leaves the remotes behind.
+            crash_point("backup.pulled")
             if pulled.exit_code == EXIT_LOCKED:
                 continue  # another memsync is writing this mirror: push nothing half-written
         _push_all(root, report, targets.get(report.id, []))
