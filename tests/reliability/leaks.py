@@ -1,12 +1,14 @@
 """Where a token could leak, and the search for it afterwards (design.md §6).
 
-Each :class:`SecretRun` is one ``memsync pull`` with a distinctive token, every logger at DEBUG, in a
-directory of its own: against the real server (a success, a wrong token), a server that fails every
-request, a closed port, and hostile servers that echo the token back in their error answers (body
-message, error type, ``request_id``, the ``request-id`` header). Afterwards the token
-must appear nowhere: no file under the run's directory (mirror root and git directory included, read
-byte for byte), no git object (``git cat-file --batch-all-objects --batch``: packs are compressed),
-no line of stdout (the JSON report) or stderr (errors and debug logs).
+Each :class:`SecretRun` is one ``memsync pull`` (or ``push``, ``backup``: :data:`COMMAND_SCENARIOS`)
+with a distinctive token, every logger at DEBUG, in a directory of its own: against the real server
+(a success, a wrong token), a server that fails every request, a closed port, and hostile servers
+that echo the token back in their error answers (body message, error type, ``request_id``, the
+``request-id`` header). Afterwards the token — and a backup remote's password — must appear
+nowhere: no file under the run's directory (mirror root, git directories and local backup remotes
+included, read byte for byte), no git object of any repository there or in the run's other places
+(an http backup remote's repositories; ``git cat-file --batch-all-objects --batch``: packs are
+compressed), no line of stdout (the JSON report) or stderr (errors and debug logs).
 
 What a store *holds* (paths, contents, names) is mirrored or quoted as it is, even when it looks like
 the token: memsync cannot tell a token in a user's data from a leak, and a store holding the token in
@@ -19,7 +21,7 @@ import json
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.reliability.harness import (
@@ -41,6 +43,17 @@ SCENARIOS = {
     "connection-refused": 1,
     "echo-500": 1,
     "echo-401": 3,
+}
+# push and backup runs (tests/reliability/test_secrets.py): a push of a local edit, a backup to a
+# local and an http remote (its password from an environment variable), and ways each fails.
+COMMAND_SCENARIOS = {
+    "push-success": 0,
+    "push-wrong-token": 3,
+    "push-echo-500": 1,
+    "backup-success": 0,
+    "backup-echo-401": 3,
+    "backup-server-errors": 1,
+    "backup-remote-refused": 1,
 }
 
 
@@ -87,38 +100,57 @@ class SecretRun:
     directory: Path
     expected_exit: int
     finished: Finished | None = None
+    command: tuple[str, ...] = ("pull", "--json")
+    extra_config: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    """Other credentials of the run (a backup remote's password), searched for like the token."""
+    elsewhere: tuple[Path, ...] = ()
+    """Repositories outside the run's directory it writes to (an http backup remote's)."""
 
     def leaks(self) -> list[str]:
-        """Every place the token shows up (empty: none)."""
+        """Every place the token or another secret shows up (empty: none)."""
         assert self.finished is not None
-        needle = self.token.encode()
-        found = [f"file {p}" for p in files_containing(self.directory, needle)]
-        for git_dir in sorted(self.directory.rglob(".git")):
-            if needle in GitOracle(git_dir.parent).all_objects():
-                found.append(f"a git object of {git_dir.parent}")
-        if self.token in self.finished.stdout:
-            found.append("stdout")
-        if self.token in self.finished.stderr:
-            found.append("stderr")
+        found = []
+        for secret in (self.token, *self.secrets):
+            needle = secret.encode()
+            found += [f"file {p}" for p in files_containing(self.directory, needle)]
+            for repo in git_repositories(self.directory, *self.elsewhere):
+                if needle in GitOracle(repo).all_objects():
+                    found.append(f"a git object of {repo}")
+            if secret in self.finished.stdout:
+                found.append("stdout")
+            if secret in self.finished.stderr:
+                found.append("stderr")
         return found
+
+
+def git_repositories(*roots: Path) -> list[Path]:
+    """Every git directory under ``roots``, bare ones (a backup remote) included."""
+    found = []
+    for root in roots:
+        for head in sorted(root.rglob("HEAD")):
+            if head.is_file() and (head.parent / "objects").is_dir() and (head.parent / "refs").is_dir():
+                found.append(head.parent)
+    return found
 
 
 def start_runs(runs: list[tuple[SecretRun, str, list[str]]]) -> None:
     """Start every run at once (the refused connections back off for seconds: let them overlap)."""
     started = []
     for run, base_url, stores in runs:
-        run.directory.mkdir(parents=True)
+        run.directory.mkdir(parents=True, exist_ok=True)  # a push's mirror may be there already
         config = write_config(
             run.directory,
             dialect=run.dialect,
             base_url=base_url,
             stores=stores,
-            extra='[log]\nlevel = "debug"\n',
+            extra='[log]\nlevel = "debug"\n' + run.extra_config,
         )
-        cli = MemsyncCli(config, run.token, debug_logging=True)
-        started.append((run, cli.start("pull", "--json"), time.monotonic()))
+        cli = MemsyncCli(config, run.token, env=run.env, debug_logging=True)
+        started.append((run, cli.start(*run.command), time.monotonic()))
     for run, process, when in started:
-        run.finished = finish(process, ["pull", "--json"], when)
+        run.finished = finish(process, run.command, when)
 
 
 def echo_servers() -> dict[str, LoopbackServer]:
