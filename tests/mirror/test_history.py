@@ -269,15 +269,23 @@ def test_the_content_index_is_rebuilt_and_caught_up_from_history(new_mirror: New
     mirror = new_mirror()
     write(mirror, HISTORY[:4])
     index = mirror.state_dir / "content-index"
-    kept = index.read_text()
+    kept = index.read_bytes()
     write(mirror, HISTORY[4:])
-    index.write_text(kept)  # as if killed between the ref update and the append
-    reopened = Mirror.open(mirror.path)
-    assert reopened.blob_for_sha256(hashlib.sha256(b"new\n").hexdigest()) is not None
-    index.unlink()
-    reopened = Mirror.open(mirror.path)
-    for content in (b"alpha\n", b"percent\n", b"still a file\n"):
-        assert reopened.blob_for_sha256(hashlib.sha256(content).hexdigest()) is not None
+    mirror.close()
+    index.write_bytes(kept)  # as if killed between the ref update and the index's commit
+    with Mirror.open(mirror.path) as reopened:
+        assert reopened.blob_for_sha256(hashlib.sha256(b"new\n").hexdigest()) is not None
+    every = (b"alpha\n", b"percent\n", b"still a file\n", b"new\n")
+    # Missing, an older memsync's text index, or garbage: each is rebuilt from history.
+    for damage in (None, b"memsync-content-index 1\n" + b"0" * 64 + b" " + b"1" * 40 + b"\n", b"\0junk" * 99):
+        if damage is None:
+            index.unlink()
+        else:
+            index.write_bytes(damage)
+        with Mirror.open(mirror.path) as reopened:
+            for content in every:
+                assert reopened.blob_for_sha256(hashlib.sha256(content).hexdigest()) is not None
+            assert reopened.blob_for_sha256("0" * 64) is None
 
 
 def test_redacted_versions_keep_or_replace_the_file(new_mirror: NewMirror) -> None:
@@ -365,7 +373,7 @@ def test_large_directories_are_stored_as_deltas(new_mirror: NewMirror) -> None:
     assert mirror.files(mirror.tip() or "")["flat/m299.md"] == blob_id(b"599\n")
 
 
-def test_a_new_version_of_a_memory_is_stored_as_a_delta(new_mirror: NewMirror) -> None:
+def test_a_memorys_older_version_is_stored_as_a_delta_of_the_newer(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     text = b"".join(b"line %d of a long memory\n" % i for i in range(2000))
     edited = text.replace(b"line 1000 ", b"LINE 1000 (edited) ")
@@ -373,12 +381,15 @@ def test_a_new_version_of_a_memory_is_stored_as_a_delta(new_mirror: NewMirror) -
         mirror, [record(1, "mem_a", "created", "a.md", text), record(2, "mem_a", "updated", "a.md", edited)]
     )
     packs = [str(p) for p in (mirror.objects_dir / "pack").glob("pack-*.idx")]
-    verify = git(mirror.path, "verify-pack", "-v", *packs)
-    blob = blob_id(edited)
-    line = next(line for line in verify.splitlines() if line.startswith(blob))
-    assert line.split()[1] == "blob" and len(line.split()) == 7  # size, packed size, offset, depth, base
-    assert int(line.split()[3]) < 200  # a few dozen bytes instead of ~50 KB
+    rows = {
+        line.split()[0]: line.split() for line in git(mirror.path, "verify-pack", "-v", *packs).splitlines()
+    }
+    older, newer = rows[blob_id(text)], rows[blob_id(edited)]
+    # size, packed size, offset, depth, base: the older version is a few dozen bytes instead of ~50 KB.
+    assert older[1] == "blob" and older[5:] == ["1", blob_id(edited)] and int(older[3]) < 200
+    assert len(newer) == 5  # the newest whole: the checkout reads it without resolving a delta
     assert git(mirror.path, "show", "refs/remotes/memstore/main:a.md").encode() == edited
+    assert git(mirror.path, "show", "refs/remotes/memstore/main~1:a.md").encode() == text
     fsck(mirror.path)
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.mirror.objects import BLOB, MODE_FILE, TREE, object_id, serialise_tree
-from memsync.mirror.pack import PackBatch, make_delta
+from memsync.mirror.pack import MAX_DELTA_DEPTH, PackBatch, make_delta
 from tests.mirror.oracle import git
 
 
@@ -29,22 +29,59 @@ def test_git_indexes_our_pack_to_the_same_bytes(tmp_path: Path) -> None:
         batch.add(BLOB, data, oid)
         entries.append((MODE_FILE, f"file{i:03d}.md".encode(), oid))
     previous: tuple[bytes, bytes] | None = None
-    for count in range(10, 41):  # a growing directory: each version a delta against the last
+    versions = []
+    for count in range(10, 41):  # a growing directory: each version supersedes the last
         body = serialise_tree(entries[:count])
         oid = object_id(TREE, body)
-        if previous is None or not batch.add_delta(body, oid, *previous):
-            batch.add(TREE, body, oid)
-        previous = (body, oid)
+        batch.add_version(TREE, body, oid, previous)
+        previous = (oid, body)
+        versions.append(oid.hex())
     pack = batch.write(repo / "objects")
     assert pack is not None
     ours = pack.with_suffix(".idx").read_bytes()
     theirs = tmp_path / "theirs.idx"
     git(repo, "index-pack", "-o", str(theirs), str(pack))
     assert theirs.read_bytes() == ours
-    verify = git(repo, "verify-pack", "-v", str(pack.with_suffix(".idx")))
-    assert "chain length = 1: " in verify
-    assert previous is not None
-    assert git(repo, "cat-file", "-p", previous[1].hex()).count("\n") == 40
+    # verify-pack -v: "<oid> <type> <size> <size in pack> <offset> [<depth> <base oid>]".
+    rows = {
+        line.split()[0]: line.split()
+        for line in git(repo, "verify-pack", "-v", str(pack.with_suffix(".idx"))).splitlines()
+        if line[:40] in versions
+    }
+    # Newest whole, as git packs it: a checkout of the latest version resolves no delta chain.
+    assert len(rows[versions[-1]]) == 5
+    for depth, older in enumerate(reversed(versions[:-1]), start=1):
+        assert rows[older][5:] == [str(depth), versions[-depth]]
+    assert git(repo, "cat-file", "-p", versions[-1]).count("\n") == 40
+    assert git(repo, "cat-file", "-p", versions[0]).count("\n") == 10
+
+
+def test_chains_stop_at_gits_depth_limit_and_a_delta_must_pay(tmp_path: Path) -> None:
+    repo = _bare(tmp_path / "repo.git")
+    batch = PackBatch()
+    previous: tuple[bytes, bytes] | None = None
+    chain = []
+    for n in range(MAX_DELTA_DEPTH + 5):
+        body = b"a line that stays the same in every version\n" * 20 + b"version %d\n" % n
+        oid = object_id(BLOB, body)
+        batch.add_version(BLOB, body, oid, previous)
+        previous = (oid, body)
+        chain.append(oid.hex())
+    # A next version sharing nothing with the previous one: a delta would not be smaller.
+    before, after = bytes(range(256)) * 2, b"something else entirely\n" * 30
+    batch.add(BLOB, before, object_id(BLOB, before))
+    batch.add_version(BLOB, after, object_id(BLOB, after), (object_id(BLOB, before), before))
+    pack = batch.write(repo / "objects")
+    assert pack is not None
+    rows = {
+        line.split()[0]: line.split()
+        for line in git(repo, "verify-pack", "-v", str(pack.with_suffix(".idx"))).splitlines()
+        if line[:1].isalnum() and len(line.split()) >= 5 and len(line.split()[0]) == 40
+    }
+    depths = [int(rows[oid][5]) if len(rows[oid]) > 5 else 0 for oid in chain]
+    assert max(depths) == MAX_DELTA_DEPTH
+    assert len(rows[object_id(BLOB, before).hex()]) == 5  # left whole
+    git(repo, "fsck", "--strict")
 
 
 @settings(max_examples=60)

@@ -234,7 +234,6 @@ class HistoryWriter:
         self._batch = PackBatch(compression=compression)
         self._pending = 0
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
-        self._session_blobs: set[bytes] = set()
         self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
         self._spellings: dict[tuple[str, bool], list[bytes]] = {}
         self._broken: str | None = None
@@ -423,12 +422,12 @@ class HistoryWriter:
             oid = object_id(BLOB, record.content)
             # A blob stored before (an earlier batch, another memory) is not packed again. Asking
             # the object store only for contents the index knows avoids a lookup miss per version,
-            # which costs a rescan of the pack directory in libgit2.
-            if oid not in self._batch and oid not in self._session_blobs:
-                indexed = self._mirror._content_index_has(sha)
+            # which costs a rescan of the pack directory in libgit2. (Earlier batches of this
+            # writer are in the index: no set of this session's blobs grows with the import.)
+            if oid not in self._batch:
+                indexed = sha in self._new_content or self._mirror._content_index_has(sha)
                 if not (indexed and self._repo.odb.exists(oid.hex())):
                     self._pack_blob(record.memory_id, record.content, oid)
-                self._session_blobs.add(oid)
             self._new_content[sha] = oid.hex()
             return oid, sha
         if record.redacted:
@@ -452,11 +451,9 @@ class HistoryWriter:
         return bytes.fromhex(known), record.content_sha256
 
     def _pack_blob(self, memory_id: str, content: bytes, oid: bytes) -> None:
-        # A new version of a memory is usually a small edit of the previous one: store it as a
-        # delta when the previous version is in this pack (fast-import does the same).
-        previous = self._batch_contents.get(memory_id)
-        if previous is None or not self._batch.add_delta(content, oid, previous[1], previous[0]):
-            self._batch.add(BLOB, content, oid)
+        # A new version of a memory is usually a small edit of the previous one: when that is in
+        # this pack, it becomes a delta against the new one (newest whole, see memsync.mirror.pack).
+        self._batch.add_version(BLOB, content, oid, self._batch_contents.get(memory_id))
         self._batch_contents[memory_id] = (oid, content)
 
     def _summary(self, record: VersionRecord, path: str | None, moved_from: str | None) -> str:

@@ -1,9 +1,13 @@
 """Pack files written directly: one ``.pack`` (version 2) and its ``.idx`` (version 2) per batch.
 
 Objects are kept as they come until the batch is written, then zlib-compressed (level 1: as
-small as level 6 for objects this size, and faster). A tree, or a memory's new content, can be
-stored as an offset delta against its previous version in the same pack: a one-entry change to a
-directory then costs a few dozen bytes instead of the whole directory again.
+small as level 6 for objects this size, and faster). When a tree, or a memory's content, gets a
+new version in the same batch, the new version is stored whole and the previous one becomes an
+offset delta against it: a one-entry change to a directory then costs a few dozen bytes instead of
+the whole directory again. Newest whole, as git's own packs do: reading the latest versions (what a
+checkout reads) resolves no delta chain, so libgit2's per-pack cache of delta bases stays empty
+instead of filling with every chain's intermediate versions — with older-to-newer chains that cache
+made a checkout cost memory in proportion to the packs and memories (issue 6).
 :meth:`PackBatch.write` writes the pack under a temporary name, then renames it into
 ``objects/pack`` with its index last: git and libgit2 find packs through their ``.idx``, so a pack
 is either complete and visible or absent. Objects in a pack no ref reaches yet (after a kill at the
@@ -158,71 +162,93 @@ class _Packed:
     record: bytes  # type/size header (+ delta base offset) + compressed data
 
 
+@dataclass(slots=True)
+class _Item:
+    oid: bytes
+    type_code: int
+    payload: bytes  # the object, or a delta against ``base``
+    base: bytes | None = None
+
+
 class PackBatch:
     """Objects collected in memory and written as one pack by :meth:`write`."""
 
     def __init__(self, *, compression: int = 1) -> None:
         self._compression = compression
-        # (oid, type code, payload, base oid): payload is the object, or a delta against the base.
-        self._items: list[tuple[bytes, int, bytes, bytes | None]] = []
-        self._known: set[bytes] = set()
+        self._items: list[_Item] = []
+        self._by_oid: dict[bytes, _Item] = {}
         self._size = 0
-        self.depths: dict[bytes, int] = {}
+        # For each whole object that deltas hang from: the longest chain ending at it.
+        self._chain: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self._items)
 
     def __contains__(self, oid: bytes) -> bool:
-        return oid in self._known
+        return oid in self._by_oid
 
     @property
     def size(self) -> int:
-        """Bytes of uncompressed payload held (what bounds the batch's memory)."""
+        """Bytes of payload held (what bounds the batch's memory)."""
         return self._size
 
     def add(self, type_code: int, body: bytes, oid: bytes) -> None:
         """Add a whole object (``oid`` is its id, computed by the caller who needed it anyway)."""
-        if oid in self._known:
+        if oid in self._by_oid:
             return
-        self._items.append((oid, type_code, body, None))
-        self._known.add(oid)
+        item = _Item(oid, type_code, body)
+        self._items.append(item)
+        self._by_oid[oid] = item
         self._size += len(body)
-        self.depths[oid] = 0
 
-    def add_delta(self, body: bytes, oid: bytes, base_body: bytes, base_oid: bytes) -> bool:
-        """Add ``body`` as a delta against ``base_body`` (already in this batch); False if unsuitable.
+    def add_version(
+        self, type_code: int, body: bytes, oid: bytes, previous: tuple[bytes, bytes] | None
+    ) -> None:
+        """Add ``body`` whole as the next version of ``previous`` (``(oid, body)``), which becomes a
+        delta against it when it is a whole object of this batch.
 
-        Unsuitable: the base is not in this batch, its chain is already at git's depth limit, or the
-        delta would not be clearly smaller than the object. The caller then uses :meth:`add`.
+        ``previous`` stays whole when it is not in this batch, is already a delta, its chain would
+        pass git's depth limit, or the delta would not be clearly smaller than the object.
         """
-        if oid in self._known:
-            return True
-        depth = self.depths.get(base_oid, MAX_DELTA_DEPTH)
-        if base_oid not in self._known or depth >= MAX_DELTA_DEPTH:
-            return False
-        delta = make_delta(base_body, body)
-        if len(delta) * 2 > len(body):
-            return False
-        self._items.append((oid, OFS_DELTA, delta, base_oid))
-        self._known.add(oid)
-        self._size += len(delta)
-        self.depths[oid] = depth + 1
-        return True
+        if oid in self._by_oid:
+            return
+        self.add(type_code, body, oid)
+        if previous is None:
+            return
+        previous_oid, previous_body = previous
+        older = self._by_oid.get(previous_oid)
+        if older is None or older.base is not None:
+            return
+        depth = self._chain.get(previous_oid, 0) + 1
+        if depth > MAX_DELTA_DEPTH:
+            return
+        delta = make_delta(body, previous_body)
+        if len(delta) * 2 > len(previous_body):
+            return
+        older.payload = delta
+        older.base = oid
+        self._size -= len(previous_body) - len(delta)
+        self._chain.pop(previous_oid, None)
+        self._chain[oid] = depth
 
     def _packed(self) -> list[_Packed]:
         level = self._compression
-        compressed = [zlib.compress(item[2], level) for item in self._items]
+        # A base is always added after the objects that become deltas against it, and an offset
+        # delta must follow its base in the pack: newest first puts every base before its deltas.
+        items = self._items[::-1]
+        compressed = [zlib.compress(item.payload, level) for item in items]
         offsets: dict[bytes, int] = {}
         packed: list[_Packed] = []
         offset = 12  # after the pack header
-        for (oid, type_code, payload, base), data in zip(self._items, compressed, strict=True):
-            size = len(payload)
+        for item, data in zip(items, compressed, strict=True):
+            size = len(item.payload)
+            type_code = item.type_code if item.base is None else OFS_DELTA
             header = bytes(((type_code << 4) | size,)) if size < 16 else _type_and_size(type_code, size)
-            if base is not None:
-                header += _offset_encoding(offset - offsets[base])
+            if item.base is not None:
+                header += _offset_encoding(offset - offsets[item.base])
             record = header + data
-            packed.append(_Packed(oid, offset, record))
-            offsets[oid] = offset
+            packed.append(_Packed(item.oid, offset, record))
+            offsets[item.oid] = offset
             offset += len(record)
         return packed
 

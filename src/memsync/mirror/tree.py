@@ -29,7 +29,7 @@ class _Dir:
         self.order: list[bytes] = []  # git sort keys of the entries
         self.lines: dict[bytes, bytes] = {}  # sort key → serialised entry
         self.stale: set[bytes] = set()  # names whose serialised entry must be rebuilt
-        self.last_body: bytes | None = None  # the last serialisation, a delta base for the next
+        self.last_body: bytes | None = None  # the last serialisation: a delta against the next
         self.last_oid: bytes | None = None
 
 
@@ -160,9 +160,8 @@ class MutableTree:
         node.stale.clear()
         body = b"".join(map(lines.__getitem__, node.order))
         oid = object_id(TREE, body)
-        previous, previous_oid = node.last_body, node.last_oid
-        if previous is None or previous_oid is None or not pack.add_delta(body, oid, previous, previous_oid):
-            pack.add(TREE, body, oid)
+        previous = (node.last_oid, node.last_body) if node.last_oid and node.last_body is not None else None
+        pack.add_version(TREE, body, oid, previous)
         node.last_body = body
         node.last_oid = oid
         node.oid = oid
