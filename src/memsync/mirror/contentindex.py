@@ -1,24 +1,23 @@
 """Which blob holds the content with a given SHA-256: ``.git/memsync/content-index``.
 
-The engine asks before fetching a version's content; a hit saves a request. The file is append-only
-text, so recording a batch costs one small write::
+The engine asks before fetching a version's content; a hit saves a request. The index is an SQLite
+database, one row per content (32-byte SHA-256, 20-byte blob id) and one marker row: the commit up
+to which everything imported is indexed. SQLite rather than a dictionary in memory: a mirror's
+index grows with its history (100,000 versions made ~35 MiB of Python objects), while a query
+costs a few microseconds and the process stays at SQLite's page cache whatever the store's size.
 
-    memsync-content-index 1
-    <sha256 hex> <blob id>
-    ...
-    @ <commit id>        everything imported up to this commit is indexed
-
-Lines after the last ``@`` come from a batch whose marker never made it (a kill): they are kept,
-since every answer is checked against the object store anyway. The index is a cache: when it is
-missing, or its last ``@`` is not an ancestor of the tip (history was rewritten), it is rebuilt from
-the trailers and trees of the history, and a tip ahead of the marker is caught up the same way.
+A batch's entries and its marker are committed in one transaction, so a kill leaves the index at
+a batch boundary. The index is a cache: every answer is checked against the object store, and when
+the file is missing, is not an index (an older memsync's text file, damage), or its marker is not an
+ancestor of the tip (history was rewritten), it is rebuilt from the trailers and trees of the
+history; a tip ahead of the marker is caught up the same way.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pygit2
@@ -27,71 +26,116 @@ from memsync.mirror.errors import FormatError
 from memsync.mirror.paths import encode_path
 from memsync.mirror.trailers import parse_message
 
-HEADER = "memsync-content-index 1"
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS content (sha256 BLOB PRIMARY KEY, blob BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit_id TEXT NOT NULL);
+"""
+# SQLite's own side files: a rollback journal exists only while a transaction is open (or after a
+# kill during one), and SQLite deletes a journal it finds beside an empty database.
+SIDE_FILES = ("-journal",)
 
 
 class ContentIndex:
-    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
+    """The index of one mirror; ``repo`` may be None for :func:`note_contents`, which reads no history."""
+
+    def __init__(self, repo: pygit2.Repository | None, path: Path) -> None:
         self._repo = repo
         self._path = path
-        self._entries: dict[str, str] | None = None
+        self._db: sqlite3.Connection | None = None
         self._covered: str | None = None
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def lookup(self, sha256: str, tip: str | None) -> str | None:
         """The blob id for ``sha256`` if the object store has it, after catching up to ``tip``."""
         self._catch_up(tip)
-        assert self._entries is not None
-        blob = self._entries.get(sha256)
+        blob = self._get(sha256)
+        assert self._repo is not None
         if blob is None or not self._repo.odb.exists(blob):
             return None
         return blob
 
     def knows(self, sha256: str) -> bool:
-        """Whether the index (as loaded, without catching up) names a blob for ``sha256``."""
-        if self._entries is None:
-            self._load()
-        assert self._entries is not None
-        return sha256 in self._entries
+        """Whether the index (as it is, without catching up) names a blob for ``sha256``."""
+        return self._get(sha256) is not None
 
     def record(self, previous: str | None, tip: str, entries: Mapping[str, str]) -> None:
-        """Append what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.
+        """Add what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.
 
-        Catching up to ``previous`` first keeps the ``@`` marker honest when an earlier batch's
-        entries were lost to a kill between its ref update and its append.
+        Catching up to ``previous`` first keeps the marker honest when an earlier batch's entries
+        were lost to a kill between its ref update and its commit here.
         """
         self._catch_up(previous)
-        assert self._entries is not None
-        self._entries.update(entries)
-        self._append(entries, tip, fresh=not self._path.exists())
-        self._covered = tip
+        self._commit(entries.items(), tip)
 
-    def _append(self, entries: Mapping[str, str], tip: str, *, fresh: bool) -> None:
-        lines = [HEADER] if fresh else []
-        lines.extend(f"{sha} {blob}" for sha, blob in entries.items())
-        lines.append(f"@ {tip}")
-        with open(self._path, "a", encoding="ascii") as out:
-            out.write("\n".join(lines) + "\n")
+    # --- the database ----------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        entries: dict[str, str] = {}
-        covered: str | None = None
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self._db = self._open()
+            except sqlite3.DatabaseError:
+                # Not an index: an older memsync's text file, or damage. It is only a cache.
+                discard(self._path)
+                self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        # check_same_thread=False: the daemon opens a mirror in one thread and may use it in
+        # another; the store's lock already keeps two users apart.
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
-            with open(self._path, encoding="ascii") as source:
-                lines = source.read().splitlines()
-        except (FileNotFoundError, UnicodeDecodeError):
-            lines = []
-        if lines and lines[0] == HEADER:
-            for line in lines[1:]:
-                if line.startswith("@ ") and len(line) == 42:
-                    covered = line[2:]
-                else:
-                    sha, _, blob = line.partition(" ")
-                    if len(sha) == 64 and len(blob) == 40:
-                        entries[sha] = blob
-        self._entries = entries
-        self._covered = covered
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"content index schema {version}")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            row = db.execute("SELECT commit_id FROM marker WHERE id = 1").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        self._covered = row[0] if row else None
+        return db
+
+    def _get(self, sha256: str) -> str | None:
+        try:
+            key = bytes.fromhex(sha256)
+        except ValueError:
+            return None
+        row = self._connection().execute("SELECT blob FROM content WHERE sha256 = ?", (key,)).fetchone()
+        return bytes(row[0]).hex() if row else None
+
+    def _commit(
+        self, entries: Iterable[tuple[str, str]], covered: str | None, *, reset: bool = False
+    ) -> None:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if reset:
+                db.execute("DELETE FROM content")
+                db.execute("DELETE FROM marker")
+            db.executemany(
+                "INSERT OR REPLACE INTO content (sha256, blob) VALUES (?, ?)",
+                ((bytes.fromhex(sha), bytes.fromhex(blob)) for sha, blob in entries),
+            )
+            if covered is not None:
+                db.execute("INSERT OR REPLACE INTO marker (id, commit_id) VALUES (1, ?)", (covered,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if covered is not None:
+            self._covered = covered
+
+    # --- catching up with history ----------------------------------------------------------------
 
     def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        assert self._repo is not None
         if ancestor == descendant:
             return True
         try:
@@ -100,27 +144,16 @@ class ContentIndex:
             return False
 
     def _catch_up(self, tip: str | None) -> None:
-        if self._entries is None:
-            self._load()
-        assert self._entries is not None
+        self._connection()
         if tip is None or self._covered == tip:
             return
         since = self._covered
         if since is not None and not self._is_ancestor(since, tip):
             since = None
-        if since is None:
-            # Rebuild from scratch: the file starts again.
-            self._entries = {}
-            tmp = self._path.with_suffix(".tmp")
-            tmp.write_text(HEADER + "\n", encoding="ascii")
-            os.replace(tmp, self._path)
-        found = self._index_history(tip, since)
-        self._entries.update(found)
-        self._append(found, tip, fresh=False)
-        self._covered = tip
+        self._commit(self._index_history(tip, since), tip, reset=since is None)
 
-    def _index_history(self, tip: str, since: str | None) -> dict[str, str]:
-        found: dict[str, str] = {}
+    def _index_history(self, tip: str, since: str | None) -> Iterable[tuple[str, str]]:
+        assert self._repo is not None
         walker = self._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
         if since is not None:
             walker.hide(since)
@@ -133,18 +166,27 @@ class ContentIndex:
                 continue
             blob = _blob_at(commit.tree, trailers.memory_path)
             if blob is not None:
-                found[hashlib.sha256(blob.data).hexdigest()] = str(blob.id)
-        return found
+                yield hashlib.sha256(blob.data).hexdigest(), str(blob.id)
 
 
 def note_contents(path: Path, entries: Mapping[str, str]) -> None:
-    """Append ``sha256 -> blob`` lines for blobs written outside an import (what a push sent), so the
-    import of those versions does not fetch them again. They go after the last ``@`` marker, which a
-    load keeps; a missing index is left to be rebuilt from history instead."""
+    """Add ``sha256 -> blob`` entries for blobs written outside an import (what a push sent), so the
+    import of those versions does not fetch them again. The marker stays where it is; a missing
+    index is left to be rebuilt from history instead."""
     if not entries or not path.exists():
         return
-    with open(path, "a", encoding="ascii") as out:
-        out.write("".join(f"{sha} {blob}\n" for sha, blob in entries.items()))
+    index = ContentIndex(None, path)
+    try:
+        index._commit(entries.items(), None)
+    finally:
+        index.close()
+
+
+def discard(path: Path) -> None:
+    """Delete the index file and SQLite's side files (it is rebuilt from history on the next use)."""
+    for suffix in SIDE_FILES:
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
 
 
 def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:

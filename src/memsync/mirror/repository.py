@@ -9,7 +9,7 @@ Layout (see docs/mirror.md)::
         refs/memsync/base            the commit the checkout was last reconciled with
         refs/heads/memsync/metadata  store and memory metadata snapshots
         memsync/paths.json           cache: memory path → memory id at the tip (rebuildable)
-        memsync/content-index        cache: content SHA-256 → blob (rebuildable, append-only)
+        memsync/content-index        cache: content SHA-256 → blob (SQLite, rebuildable)
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ from memsync.mirror.trailers import Operation, Trailers, parse_message
 
 MIRROR_FORMAT = "1"
 PACK_LIMIT = 50
+
+# libgit2 maps pack files in windows of up to 1 GiB and unmaps none until 8 GiB are mapped, so a
+# process that reads much of a large mirror (a first checkout reads every memory's latest content)
+# held every pack page it touched: peak memory then grew with the store. Capping what is mapped at
+# once keeps it flat; the windows are recycled least recently used first (benchmarks/pull_bench.py).
+MAPPED_PACK_LIMIT = 16 << 20
+MAPPED_WINDOW_SIZE = 1 << 20
+if pygit2.settings.mwindow_mapped_limit > MAPPED_PACK_LIMIT:
+    pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_LIMIT
+    pygit2.settings.mwindow_size = MAPPED_WINDOW_SIZE
 
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
@@ -195,6 +205,7 @@ class Mirror:
 
     def close(self) -> None:
         """Release the repository's files (pack handles and maps); the mirror is unusable after."""
+        self._content.close()
         self._repo.free()
 
     def __enter__(self) -> Mirror:
@@ -223,6 +234,9 @@ class Mirror:
 
     def _reopen(self) -> None:
         """Fresh pygit2 handles (after a repack replaced the pack files the old ones had open)."""
+        # The old handles' caches and maps go now, not whenever the garbage collector gets to them.
+        self._content.close()
+        self._repo.free()
         with translated("reopening the mirror"):
             self._repo = pygit2.Repository(str(self.path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         self._content = ContentIndex(self._repo, self.state_dir / "content-index")
