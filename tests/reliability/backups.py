@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.reliability.crashes import CrashCase
@@ -81,9 +81,15 @@ def backup_config(
 
 
 def kill_backup_then_finish(
-    cli: MemsyncCli, crashes: Sequence[CrashCase], *, full_scan: bool = False, batch: int | None = None
+    cli: MemsyncCli,
+    crashes: Sequence[CrashCase],
+    *,
+    full_scan: bool = False,
+    batch: int | None = None,
+    after_kill: Callable[[CrashCase], None] | None = None,
 ) -> tuple[list[Finished], Finished]:
-    """``memsync backup`` killed once per crash (each must die there), then once to the end (exit 0)."""
+    """``memsync backup`` killed once per crash (each must die there), then once to the end (exit 0);
+    ``after_kill`` looks at what each kill left before the next run."""
     args = ["backup", "--json", *(["--full-scan"] if full_scan else [])]
     extra = {} if batch is None else {"MEMSYNC_IMPORT_BATCH": str(batch)}
     killed = []
@@ -91,6 +97,8 @@ def kill_backup_then_finish(
         run = cli.run(*args, env={CRASH_ENV: str(case), **extra})
         assert run.killed, f"expected a kill at {case}:\n{run.describe()}"
         killed.append(run)
+        if after_kill is not None:
+            after_kill(case)
     final = cli.run(*args, env=extra)
     assert final.returncode == 0, f"after crashes at {', '.join(map(str, crashes))}:\n{final.describe()}"
     return killed, final
@@ -101,3 +109,20 @@ def copy_root(template: Path, directory: Path) -> None:
     for name in ("mirrors", "backups", "second"):
         if (template / name).exists():
             shutil.copytree(template / name, directory / name, symlinks=True)
+
+
+def remote_temporaries(directory: Path) -> list[Path]:
+    """The ``.<name>.memsync-tmp-<pid>`` folders a local remote is made in before its rename, in
+    every folder of ``directory`` (the remotes' parents: ``backups``, ``second``)."""
+    return sorted(directory.glob("*/.*.memsync-tmp-*"))
+
+
+def assert_no_half_made_remote(directory: Path) -> None:
+    """Every local remote that exists is a whole bare repository with ``HEAD`` -> ``main``: a kill
+    while one was created left it at its temporary name, never half made at its own."""
+    for remote in sorted(directory.glob("*/*.git")):
+        oracle = GitOracle(remote)
+        # git -C searches upward: the repository found must be the remote's own.
+        assert oracle.text("rev-parse", "--absolute-git-dir").strip() == str(remote.resolve()), remote
+        assert oracle.text("rev-parse", "--is-bare-repository").strip() == "true", remote
+        assert oracle.text("symbolic-ref", "HEAD").strip() == "refs/heads/main", remote

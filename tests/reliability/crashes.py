@@ -41,6 +41,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
     # A backup also runs pull's points inside its pull (and rewrite.* with --full-scan).
     "backup": (
         "backup.pulled",  # a store's pull done, nothing pushed (sync/backup.py)
+        "backup.remote_initialised",  # a local remote made whole at its temporary name, not renamed
         "backup.remote_created",  # a local remote created empty, nothing pushed (mirror/remote.py)
         "backup.prune_noted",  # a forced update is owed a prune (.git/memsync/backup-prune-pending)
         "backup.remote_pushed",  # a remote's refs moved; a forced update not pruned yet

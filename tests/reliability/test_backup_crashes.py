@@ -3,10 +3,11 @@
 Two Forward stores on the real server, each backed up to two remotes memsync creates (a relative
 path by store id, a ``file://`` URL by name). A case starts from nothing or from an earlier backup
 (mirrors and remotes made when the stores held their first part), is killed once at a point and
-pass, and is run again. After the rerun (exit 0, never 75: the store lock is an OS lock): every
-remote's refs, as ``git ls-remote`` lists them, equal the mirror's (``git for-each-ref``), its
-``main`` is the tip an uninterrupted pull makes, ``git fsck --strict`` is clean on both sides and no
-``*.lock`` is left anywhere.
+pass, and is run again. After the kill, every remote that exists is a whole bare repository (a kill
+while one is made leaves it at its ``.<name>.memsync-tmp-<pid>`` name only). After the rerun (exit
+0, never 75: the store lock is an OS lock): every remote's refs, as ``git ls-remote`` lists them,
+equal the mirror's (``git for-each-ref``), its ``main`` is the tip an uninterrupted pull makes,
+``git fsck --strict`` is clean on both sides, and no ``*.lock`` and no temporary is left anywhere.
 
 A redaction's forced update gets its own cases: a backup killed between the forced push and the
 local remote's pruning must still prune on the rerun, or the redacted content stays in the backup
@@ -28,11 +29,13 @@ from memsync.sync.backup import slug
 from memsync.sync.pull import pull_store
 from tests.reliability.backups import (
     assert_backup_matches,
+    assert_no_half_made_remote,
     backup_config,
     copy_root,
     kill_backup_then_finish,
+    remote_temporaries,
 )
-from tests.reliability.crashes import CrashCase, assert_converged
+from tests.reliability.crashes import CRASH_POINTS, CrashCase, assert_converged
 from tests.reliability.harness import Finished, GitOracle, MemsyncCli
 from tests.reliability.histories import History, assert_mirror_holds, build_history, grow_history
 from tests.support.server import ServerProcess
@@ -63,6 +66,7 @@ def remotes_of(directory: Path, history: History) -> list[Path]:
 
 def assert_backed_up(world: BackupWorld, directory: Path) -> None:
     root = directory / "mirrors"
+    assert remote_temporaries(directory) == [], "a killed run's temporary remote was not removed"
     assert_converged({s: GitOracle(root / s) for s in world.store_ids}, world.tips)
     for history in world.histories:
         mirror = root / history.store.id
@@ -97,19 +101,35 @@ def world(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Ba
     return BackupWorld(server, histories, tips, template)
 
 
-# Passes for two stores and two remotes: backup.pulled 2, backup.remote_created 4 from nothing (0 from
-# the template: the remotes exist), backup.remote_pushed 4; pull's own points as in
-# test_crash_resume.py (17 + 11 versions fresh, 8 + 6 incremental, in batches of BATCH).
+# Passes for two stores and two remotes: backup.pulled 2, backup.remote_initialised and
+# backup.remote_created 4 each from nothing (0 from the template: the remotes exist),
+# backup.remote_pushed 4; pull's own points as in test_crash_resume.py (17 + 11 versions fresh,
+# 8 + 6 incremental, in batches of BATCH).
 CASES = [
     ("fresh", CrashCase("pull.version", 5)),
     ("incremental", CrashCase("checkout.main_moved", 2)),
     ("fresh", CrashCase("backup.pulled", 1)),
     ("incremental", CrashCase("backup.pulled", 2)),
+    ("fresh", CrashCase("backup.remote_initialised", 2)),
     ("fresh", CrashCase("backup.remote_created", 1)),
     ("fresh", CrashCase("backup.remote_created", 4)),
     ("fresh", CrashCase("backup.remote_pushed", 2)),
     ("incremental", CrashCase("backup.remote_pushed", 3)),
 ]
+
+
+def assert_killed(directory: Path, case: CrashCase) -> None:
+    """What a kill leaves of the remotes: none half made; at ``backup.remote_initialised`` the new
+    one whole at its temporary name, nothing at its own (the rerun must remove the temporary)."""
+    assert_no_half_made_remote(directory)
+    left = remote_temporaries(directory)
+    if case.point != "backup.remote_initialised":
+        assert left == [], f"{case}: temporaries {left}"
+        return
+    (temporary,) = left
+    target = temporary.with_name(temporary.name.removeprefix(".").rsplit(".memsync-tmp-", 1)[0])
+    assert not target.exists(), f"{case}: {target} exists before its rename"
+    assert GitOracle(temporary).text("rev-parse", "--is-bare-repository").strip() == "true"
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +146,9 @@ def crashed(
             cli = MemsyncCli(
                 backup_config(directory, world.server.base_url, world.store_ids), world.server.token
             )
-            _, final = kill_backup_then_finish(cli, [case], batch=BATCH)
+            _, final = kill_backup_then_finish(
+                cli, [case], batch=BATCH, after_kill=lambda killed: assert_killed(directory, killed)
+            )
             return directory, final
         except Exception as failed:  # reported by the case's own test
             return failed
@@ -160,6 +182,11 @@ REDACTION_POINTS = [
     CrashCase("backup.remote_pushed", 2),  # the first remote pruned, the second forced, not pruned
     CrashCase("backup.remote_pruned", 1),
 ]
+
+
+def test_every_backup_crash_point_has_a_kill_case() -> None:
+    killed = {case.point for _, case in CASES} | {case.point for case in REDACTION_POINTS}
+    assert set(CRASH_POINTS["backup"]) - killed == set()
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
 """Backup repositories: pushing a mirror to one (pygit2, with credential callbacks), reading one back.
 
 **Where a backup goes** (:class:`BackupTarget`). A local path or a ``file://`` URL (a bare repository
-is created there when nothing exists yet), ``ssh://host/path`` or ``user@host:path``, ``https://`` or
-``http://``, and ``git://``. A URL may carry a user name, and for http(s) a password; the password
-is taken out of the URL before libgit2 sees it and handed over in the credential callback only. It
-may name an environment variable instead of holding the secret (``https://me:${GH_TOKEN}@host/r.git``).
+is created there when nothing or an empty folder is, whole or not at all: made beside it, renamed in),
+``ssh://host/path`` or ``user@host:path``, ``https://`` or ``http://``, and ``git://``. A URL may
+carry a user name, and for http(s) a password; the password is taken out of the URL before libgit2
+sees it and handed over in the credential callback only. It may name an environment variable
+instead of holding the secret (``https://me:${GH_TOKEN}@host/r.git``).
 Nothing here writes a remote into ``.git/config``: pushes go to an anonymous remote, and every URL
 in a message or a report is :attr:`BackupTarget.display`, which never holds a password.
 
@@ -33,10 +34,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import stat
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,11 +49,12 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitrepo import is_repository, open_repository
 from memsync.mirror.history import PathMap, replay
 from memsync.mirror.paths import decode_path
-from memsync.mirror.repository import Mirror
+from memsync.mirror.repository import ImportedVersion, Mirror, _collect_files
 from memsync.mirror.rewrite import _blob_at, superseded_commits
-from memsync.mirror.trailers import Operation, Trailers, parse_message
+from memsync.mirror.trailers import Trailers, parse_message
 
 TargetKind = Literal["local", "ssh", "http", "git"]
 
@@ -68,6 +71,8 @@ _DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack s
 # mirror's .git/memsync/: a push killed before its prune leaves refs up to date, so only this note
 # tells the next run that the replaced objects are still in the backup.
 PRUNE_NOTE = "backup-prune-pending"
+# A local backup repository is made at ".<name>.memsync-tmp-<pid>" beside its path, then renamed.
+_TEMPORARY_PREFIX = ".{name}.memsync-tmp-"
 
 
 @dataclass(frozen=True)
@@ -432,19 +437,70 @@ def _remote_heads(repo: pygit2.Repository, target: BackupTarget) -> dict[str, st
 
 
 def _ensure_local_repository(path: Path) -> bool:
-    """A bare repository at ``path`` (created when nothing is there yet); whether it was created."""
+    """A bare repository at ``path``, created when nothing or an empty folder is there; whether it
+    was created. Anything else at ``path`` is refused and left as it is."""
+    if path.is_symlink():
+        path = path.resolve()  # a link to an empty folder: the repository goes where it points
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        try:
-            pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-        except pygit2.GitError:
-            raise MirrorError(
-                f"{path} exists and is not a git repository; point [[backup.remotes]] url elsewhere"
-            ) from None
+        if not is_repository(path):
+            raise MirrorError(_not_a_repository(path))
         return False
+    # Made whole under a temporary sibling name, then renamed into place: a kill while libgit2
+    # writes it leaves no half-made repository at ``path`` (the next run would refuse that as "not a
+    # git repository" for good), only a temporary the next creation removes.
+    temporary = path.parent / f"{_TEMPORARY_PREFIX.format(name=path.name)}{os.getpid()}"
     with translated(f"creating the backup repository {path}"):
         path.parent.mkdir(parents=True, exist_ok=True)
-        pygit2.init_repository(str(path), bare=True, initial_head="main")
+        _remove_stale_temporaries(path)
+        if temporary.exists():
+            shutil.rmtree(temporary)  # this process's own, from an attempt that failed
+        try:
+            pygit2.init_repository(str(temporary), bare=True, initial_head="main").free()
+            if path.is_dir():  # an empty folder someone prepared: the repository keeps its mode
+                os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+    crash_point("backup.remote_initialised")  # the repository whole, at its temporary name
+    try:
+        # rename(2) replaces an empty folder, and refuses a non-empty one or a file: nothing is lost.
+        os.rename(temporary, path)
+    except OSError as exc:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if is_repository(path):
+            return False  # another process made it meanwhile
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise MirrorError(_not_a_repository(path)) from None
+        raise MirrorError(
+            f"cannot put the new backup repository at {path} ({exc.strerror}); memsync changed"
+            " nothing there. If it is a mount point or a folder that cannot be replaced, point"
+            f" [[backup.remotes]] url at a path inside it, or create the repository yourself:"
+            f" git init --bare --initial-branch=main {path}"
+        ) from None
     return True
+
+
+def _not_a_repository(path: Path) -> str:
+    what = "a folder that holds files but no git repository" if path.is_dir() else "not a folder"
+    return (
+        f"the backup path {path} is {what}: memsync leaves it untouched and backs nothing up there."
+        " Point [[backup.remotes]] url at a new or empty path, or move it away and run again"
+    )
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete what killed memsync processes left while creating ``path`` (their pid is gone)."""
+    prefix = _TEMPORARY_PREFIX.format(name=path.name)
+    for temporary in path.parent.iterdir():
+        pid = temporary.name.removeprefix(prefix)
+        if not temporary.name.startswith(prefix) or not pid.isdigit() or temporary.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(temporary, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            continue  # alive under another user, or no pid at all: not ours to remove
 
 
 def _prune_local(path: Path) -> None:
@@ -462,19 +518,11 @@ def _prune_local(path: Path) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class ImportedCommit:
-    """One imported version as a mirror or backup holds it; ``blob`` is the content it wrote."""
+class ImportedCommit(ImportedVersion):
+    """One imported version as a mirror or backup holds it (its commit's trailers, as
+    :class:`ImportedVersion`), and ``blob``: the content it wrote."""
 
-    commit: str
-    version_id: str
-    memory_id: str
-    operation: Operation
-    created_at: datetime
-    memory_path: str | None
-    content_sha256: str | None
-    redacted: bool
-    skipped: str | None
-    blob: str | None
+    blob: str | None = None
 
 
 @dataclass(frozen=True)
@@ -497,10 +545,7 @@ class BackupRepository:
     def open(cls, path: str | os.PathLike[str]) -> BackupRepository:
         """Open a memsync mirror (its working tree or its .git) or a bare backup."""
         root = Path(path).expanduser().absolute()
-        try:
-            repo = pygit2.Repository(str(root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-        except pygit2.GitError:
-            raise MirrorError(f"{root} is not a git repository (a memsync mirror or a backup)") from None
+        repo = open_repository(root, f"{root} is not a git repository (a memsync mirror or a backup)")
         kind: Literal["mirror", "backup"] = "mirror" if "memsync.mirrorformat" in repo.config else "backup"
         found = cls(repo, root, kind)
         if found.ref_target(found.default_ref) is None:
@@ -542,7 +587,7 @@ class BackupRepository:
         """The memories at ``commit``; tree paths that are no memory path's spelling are problems."""
         with translated(f"reading the tree of {commit}"):
             raw: dict[str, str] = {}
-            _collect(self._repo[commit].peel(pygit2.Tree), "", raw)
+            _collect_files(self._repo[commit].peel(pygit2.Tree), "", raw)
         files: dict[str, str] = {}
         problems: dict[str, str] = {}
         for tree_path, blob in sorted(raw.items()):
@@ -598,24 +643,5 @@ def _imported(commit: str, trailers: Trailers, tree: pygit2.Tree) -> ImportedCom
     if trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None:
         found = _blob_at(tree, trailers.memory_path)
         blob = str(found.id) if found is not None else None
-    return ImportedCommit(
-        commit=commit,
-        version_id=trailers.version_id,
-        memory_id=trailers.memory_id,
-        operation=trailers.operation,
-        created_at=trailers.created_at,
-        memory_path=trailers.memory_path,
-        content_sha256=trailers.content_sha256,
-        redacted=trailers.redacted,
-        skipped=trailers.skipped,
-        blob=blob,
-    )
-
-
-def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect(item, name + "/", found)
-        elif isinstance(item, pygit2.Blob):
-            found[name] = str(item.id)
+    version = ImportedVersion.from_trailers(commit, trailers)
+    return ImportedCommit(**{item.name: getattr(version, item.name) for item in fields(version)}, blob=blob)

@@ -30,6 +30,7 @@ from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checko
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, RefMoved, translated
 from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -185,8 +186,7 @@ class Mirror:
         root = Path(path).absolute()
         if not (root / ".git").is_dir():
             raise MirrorError(f"{root} is not a memsync mirror (no .git directory); create it with init")
-        with translated(f"opening the git repository at {root}"):
-            repo = pygit2.Repository(str(root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        repo = open_repository(root, f"opening the git repository at {root}")
         if repo.is_bare or repo.workdir is None or Path(repo.workdir).resolve() != root.resolve():
             raise MirrorError(f"{root} is not a memsync mirror: its repository is not a plain working tree")
         if "memsync.mirrorformat" not in repo.config:
@@ -237,8 +237,7 @@ class Mirror:
         # The old handles' caches and maps go now, not whenever the garbage collector gets to them.
         self._content.close()
         self._repo.free()
-        with translated("reopening the mirror"):
-            self._repo = pygit2.Repository(str(self.path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        self._repo = open_repository(self.path, "reopening the mirror")
         self._content = ContentIndex(self._repo, self.state_dir / "content-index")
 
     # --- refs ------------------------------------------------------------------------------------
