@@ -37,7 +37,8 @@ OWNED: dict[str, set[str]] = {
     "fastapi": {"server"},
     "starlette": {"server"},
     "uvicorn": {"server"},
-    "sqlite3": {"server"},
+    # The server's database, and the mirror's content index (a cache under .git/memsync/).
+    "sqlite3": {"server", "mirror"},
     "watchdog": {"daemon"},
     "apscheduler": {"daemon"},
 }
