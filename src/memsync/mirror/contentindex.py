@@ -93,6 +93,9 @@ class ContentIndex:
             if version not in (0, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"content index schema {version}")
             db.execute("PRAGMA synchronous = NORMAL")
+            # A lookup reads a few interior pages (kept) and one leaf: SQLite's default 2 MiB cache
+            # would only fill with leaves of large indexes, memory that grows with the store.
+            db.execute("PRAGMA cache_size = -512")
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             row = db.execute("SELECT commit_id FROM marker WHERE id = 1").fetchone()

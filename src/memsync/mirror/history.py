@@ -16,7 +16,7 @@ import functools
 import hashlib
 import math
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -114,6 +114,10 @@ class PathMap:
         """``{memory_path: memory_id}``."""
         return dict(self._by_path)
 
+    def view(self) -> Mapping[str, str]:
+        """``{memory_path: memory_id}`` itself, not a copy: read it before the map changes again."""
+        return self._by_path
+
     def owner(self, path: str) -> str | None:
         return self._by_path.get(path)
 
@@ -193,6 +197,13 @@ def replay(repo: pygit2.Repository, paths: PathMap, until: pygit2.Oid, since: py
 
 
 @functools.lru_cache(maxsize=1024)
+def _tree_components(path: str, suffixed: bool) -> tuple[bytes, ...]:
+    # Most versions touch a memory written shortly before: a bounded cache keeps encode_path off the
+    # hot path without a dictionary that grows with the store (issue 6).
+    return tuple(part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/"))
+
+
+@functools.lru_cache(maxsize=1024)
 def _clean_identity(text: str, fallback: str) -> str:
     # git's ident format cannot hold '<', '>' or line breaks; strip them (and other controls)
     # deterministically instead of refusing the version, so an odd actor name never stalls an import.
@@ -235,7 +246,6 @@ class HistoryWriter:
         self._pending = 0
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
-        self._spellings: dict[tuple[str, bool], list[bytes]] = {}
         self._broken: str | None = None
 
     # --- the public face ---------------------------------------------------------------------
@@ -377,13 +387,8 @@ class HistoryWriter:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _spelling(self, path: str, suffixed: bool) -> list[bytes]:
-        key = (path, suffixed)
-        spelled = self._spellings.get(key)
-        if spelled is None:
-            spelled = [part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/")]
-            self._spellings[key] = spelled
-        return spelled
+    def _spelling(self, path: str, suffixed: bool) -> tuple[bytes, ...]:
+        return _tree_components(path, suffixed)
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")

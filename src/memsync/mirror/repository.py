@@ -52,7 +52,7 @@ PACK_LIMIT = 50
 # process that reads much of a large mirror (a first checkout reads every memory's latest content)
 # held every pack page it touched: peak memory then grew with the store. Capping what is mapped at
 # once keeps it flat; the windows are recycled least recently used first (benchmarks/pull_bench.py).
-MAPPED_PACK_LIMIT = 16 << 20
+MAPPED_PACK_LIMIT = 4 << 20
 MAPPED_WINDOW_SIZE = 1 << 20
 if pygit2.settings.mwindow_mapped_limit > MAPPED_PACK_LIMIT:
     pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_LIMIT
@@ -401,7 +401,10 @@ class Mirror:
     def _save_path_map(self, tip: str, paths: PathMap) -> None:
         cache_file = self.state_dir / "paths.json"
         tmp = cache_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"format": 1, "tip": tip, "paths": paths.as_dict()}), encoding="utf-8")
+        # Streamed, from a view: the map is saved after every batch, and neither a copy of it nor
+        # its whole JSON text should be held beside it.
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump({"format": 1, "tip": tip, "paths": paths.view()}, out)
         os.replace(tmp, cache_file)
 
     def _checkpoint_written(
@@ -410,9 +413,10 @@ class Mirror:
         """Bring the caches up to a tip a writer just moved ``ref`` to."""
         if ref != self.MEMSTORE_REF:
             return
-        snapshot = paths.copy()
-        self._save_path_map(tip, snapshot)
-        self._path_map_cache = (tip, snapshot)
+        # Saved, not copied: a copy per batch would double the map's memory while the writer goes
+        # on; a later reader of this tip parses the file once.
+        self._save_path_map(tip, paths)
+        self._path_map_cache = None
         self._content.record(previous, tip, content)
 
     def _is_ancestor(self, ancestor: str, descendant: str) -> bool:

@@ -10,6 +10,7 @@ unread until an edit reaches into it, so opening a large mirror costs nothing un
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 import pygit2
 
@@ -63,7 +64,7 @@ class MutableTree:
             node.order = sorted(lines)
         return node.entries
 
-    def _walk(self, components: list[bytes], create: bool) -> list[_Dir] | None:
+    def _walk(self, components: Sequence[bytes], create: bool) -> list[_Dir] | None:
         """The directories from the root to the parent of ``components``, marked dirty."""
         chain = [self._root]
         node = self._root
@@ -97,7 +98,7 @@ class MutableTree:
         node.lines.pop(key, None)
         node.stale.discard(name)
 
-    def get(self, components: list[bytes]) -> bytes | None:
+    def get(self, components: Sequence[bytes]) -> bytes | None:
         """The raw id of the file at ``components``, or None (also when it is a directory)."""
         node = self._root
         for name in components[:-1]:
@@ -110,7 +111,7 @@ class MutableTree:
             return None
         return entry[1]
 
-    def set(self, components: list[bytes], oid: bytes) -> None:
+    def set(self, components: Sequence[bytes], oid: bytes) -> None:
         """Put a regular file with blob ``oid`` at ``components``, creating directories."""
         chain = self._walk(components, create=True)
         assert chain is not None
@@ -126,7 +127,7 @@ class MutableTree:
             entries[name] = (MODE_FILE, oid)
             parent.stale.add(name)
 
-    def remove(self, components: list[bytes]) -> bytes | None:
+    def remove(self, components: Sequence[bytes]) -> bytes | None:
         """Remove the file at ``components`` and directories left empty; its old id, or None."""
         chain = self._walk(components, create=False)
         if chain is None:
