@@ -536,3 +536,22 @@ def test_leftovers_of_a_killed_writer_are_handled(new_mirror: NewMirror) -> None
     writer.add(HISTORY[1])
     with pytest.raises(MirrorError, match="delete that file and run again"):
         writer.flush()
+
+
+def test_the_content_index_answers_the_same_once_its_filter_is_built(new_mirror: NewMirror) -> None:
+    # Past FILTER_AFTER questions the index answers "absent" from a Bloom filter: it must never
+    # hide a content it holds, whether indexed before the filter was built or after.
+    from memsync.mirror.contentindex import FILTER_AFTER
+
+    mirror = new_mirror()
+    early = [record(n, f"mem_{n}", "created", f"early{n}.md", b"early %d\n" % n) for n in range(1, 40)]
+    write(mirror, early)
+    unknown = [hashlib.sha256(b"never %d" % n).hexdigest() for n in range(FILTER_AFTER + 10)]
+    assert not any(mirror._content_index_has(sha) for sha in unknown)
+    assert mirror._content._filter is not None
+    late = [record(n, f"mem_{n}", "created", f"late{n}.md", b"late %d\n" % n) for n in range(40, 60)]
+    write(mirror, late)
+    for n in range(1, 60):
+        content = (b"early %d\n" if n < 40 else b"late %d\n") % n
+        assert mirror.blob_for_sha256(hashlib.sha256(content).hexdigest()) == blob_id(content)
+    assert not any(mirror._content_index_has(sha) for sha in unknown)

@@ -51,6 +51,7 @@ DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
 
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
+ABSENT_CACHE = 8192  # more than a pull's fetch segment (sync/pull.py SEGMENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +246,7 @@ class HistoryWriter:
         self._batch = PackBatch(compression=compression)
         self._pending = 0
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
+        self._absent: set[str] = set()  # sha256 the mirror was asked about and lacks (bounded)
         self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
         self._broken: str | None = None
 
@@ -267,7 +269,24 @@ class HistoryWriter:
     def has_content(self, sha256: str) -> bool:
         """Whether a record with this ``content_sha256`` may leave ``content`` out: the mirror or the
         unflushed batch already holds the content. Ask before fetching a version's content."""
-        return sha256 in self._new_content or self._mirror.blob_for_sha256(sha256) is not None
+        if sha256 in self._new_content:
+            return True
+        if sha256 in self._absent:
+            return False
+        if self._mirror._blob_for_sha256_at(sha256, self.flushed_tip) is not None:
+            return True
+        # The engine asks about a segment's versions, then adds them: remembering the misses
+        # spares the index a second query per new content in _blob_for. Bounded, and cleared of
+        # what each flush indexes.
+        if len(self._absent) >= ABSENT_CACHE:
+            self._absent.clear()
+        self._absent.add(sha256)
+        return False
+
+    @property
+    def flushed_tip(self) -> str | None:
+        """The ref's target as of the last flush: what the mirror's caches describe."""
+        return self._expected
 
     def add(self, record: VersionRecord) -> str:
         """Write the commit for ``record``; its id. Flushes when the batch is full.
@@ -356,6 +375,7 @@ class HistoryWriter:
         self._expected = tip
         self._batch = PackBatch(compression=self._compression)
         self._pending = 0
+        self._absent.difference_update(self._new_content)
         self._new_content = {}
         self._batch_contents = {}
         if self._mirror.consolidate_packs():
@@ -430,7 +450,9 @@ class HistoryWriter:
             # which costs a rescan of the pack directory in libgit2. (Earlier batches of this
             # writer are in the index: no set of this session's blobs grows with the import.)
             if oid not in self._batch:
-                indexed = sha in self._new_content or self._mirror._content_index_has(sha)
+                indexed = sha in self._new_content or (
+                    sha not in self._absent and self._mirror._content_index_has(sha)
+                )
                 if not (indexed and self._repo.odb.exists(oid.hex())):
                     self._pack_blob(record.memory_id, record.content, oid)
             self._new_content[sha] = oid.hex()

@@ -323,7 +323,11 @@ class Mirror:
 
     def blob_for_sha256(self, sha256: str) -> str | None:
         """The blob holding the content with this SHA-256, if the mirror has it: fetch it otherwise."""
-        return self._content.lookup(sha256.lower(), self.tip())
+        return self._blob_for_sha256_at(sha256, self.tip())
+
+    def _blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
+        # A writer knows the tip it flushed last: no ref read per content asked about.
+        return self._content.lookup(sha256.lower(), tip)
 
     def _content_index_has(self, sha256: str) -> bool:
         return self._content.knows(sha256)
