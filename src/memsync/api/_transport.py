@@ -1,4 +1,4 @@
-"""HTTP for memsync.api: one keep-alive httpx client, auth, retries with backoff, caps on answers.
+"""HTTP for memsync.api: one keep-alive httpx transport, auth, retries with backoff, caps on answers.
 
 Retries (design.md §3): 429, 5xx, 529 and connection errors are retried with exponential backoff and
 jitter, or after the server's ``Retry-After-Ms`` / ``Retry-After`` when it gives one (a hint longer
@@ -90,20 +90,6 @@ class _Failed:
     retry_after: float | None = None
 
 
-class _HeaderAuth(httpx.Auth):
-    """Adds the credential headers to each request, and keeps them out of every repr."""
-
-    def __init__(self, headers: Mapping[str, str]) -> None:
-        self.__headers = dict(headers)
-
-    def auth_flow(self, request: httpx.Request) -> Any:
-        request.headers.update(self.__headers)
-        yield request
-
-    def __repr__(self) -> str:
-        return "<credentials hidden>"
-
-
 def display_url(url: str) -> str:
     """``url`` without user information, fit for reprs and messages."""
     parts = urlsplit(url)
@@ -169,14 +155,17 @@ class Transport:
         self._lock = threading.Lock()
         self._requests = 0
         self._retries = 0
-        self._http = httpx.Client(
-            base_url=root + "/",
-            auth=_HeaderAuth(wire.auth_headers(token)),
-            headers={"user-agent": USER_AGENT, "accept": "application/json"},
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-            follow_redirects=False,
+        # Requests go straight to httpx's transport (its public API for sending one request), not
+        # through httpx.Client: the client's URL merging, cookie jar, auth flow and redirect
+        # handling cost ~190 µs of CPU per request, a third of a content fetch's (benchmarks/
+        # pull_bench.py), and memsync uses none of them: its URLs are whole, it keeps no cookies,
+        # its auth is a header, and it follows no redirect (a redirect is an error answer).
+        self._headers = httpx.Headers(
+            {"user-agent": USER_AGENT, "accept": "application/json", **wire.auth_headers(token)}
+        )
+        self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
+        self._transport = transport or httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         )
 
     @property
@@ -189,7 +178,7 @@ class Transport:
         return self._retries
 
     def close(self) -> None:
-        self._http.close()
+        self._transport.close()
 
     def __repr__(self) -> str:
         return f"<Transport {display_url(self.base_url)}>"
@@ -258,10 +247,15 @@ class Transport:
             self._requests += 1
         try:
             with translated_transport_errors(what, self._secret):
-                request = self._http.build_request(
-                    method, path, params=params, json=json_body, headers=headers
+                request = httpx.Request(
+                    method,
+                    f"{self.base_url}/{path}",
+                    params=params,
+                    json=json_body,
+                    headers=self._headers if headers is None else {**self._headers, **headers},
+                    extensions={"timeout": self._timeout},
                 )
-                response = self._http.send(request, stream=True)
+                response = self._transport.handle_request(request)
                 try:
                     body = self._read_capped(response, what)
                 finally:
@@ -272,6 +266,8 @@ class Transport:
         except _Failure as refused:
             refused.attempts = attempt
             raise
+        # What httpx.Client logged for each request, said once here (never a header: they carry the token).
+        log.debug("HTTP %s /%s: %d (attempt %d)", method, path, response.status_code, attempt)
         raw_id = response.headers.get("request-id") or response.headers.get("x-request-id")
         # The request id goes into messages: one safe line, never the token a hostile server echoes.
         request_id = one_line(raw_id, self._secret)[:120] if raw_id is not None else None
