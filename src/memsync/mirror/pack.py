@@ -61,6 +61,10 @@ def _offset_encoding(distance: int) -> bytes:
 
 
 def _size_varint(size: int) -> bytes:
+    if size < 0x80:  # most deltas' sizes: trees and notes of a few hundred bytes take two bytes
+        return _BYTE[size]
+    if size < 0x4000:
+        return bytes((0x80 | (size & 0x7F), size >> 7))
     out = bytearray()
     while True:
         byte = size & 0x7F
@@ -72,23 +76,33 @@ def _size_varint(size: int) -> bytes:
             return bytes(out)
 
 
+_BYTE = [bytes((n,)) for n in range(256)]
+
+
+def _leading_equal(a: bytes, b: bytes) -> int:
+    """How many bytes equal-length ``a`` and ``b`` share at their start: one XOR of two integers
+    (C speed) instead of a binary search of slice comparisons."""
+    x = int.from_bytes(a, "big") ^ int.from_bytes(b, "big")
+    return len(a) if not x else len(a) - 1 - (x.bit_length() - 1) // 8
+
+
+def _trailing_equal(a: bytes, b: bytes) -> int:
+    """How many bytes equal-length ``a`` and ``b`` share at their end."""
+    x = int.from_bytes(a, "big") ^ int.from_bytes(b, "big")
+    return len(a) if not x else ((x & -x).bit_length() - 1) // 8
+
+
 def _common_prefix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the common prefix of ``a`` and ``b``, at most ``limit``.
 
-    Whole 4 KiB blocks first, then a binary search inside the first block that differs: each
-    comparison is a C memcmp, and the bytes copied stay linear in the prefix length.
+    Whole 4 KiB blocks first (a C memcmp each), then the first block that differs byte by byte:
+    the bytes examined stay linear in the prefix length.
     """
     start = 0
     while start + _BLOCK <= limit and a[start : start + _BLOCK] == b[start : start + _BLOCK]:
         start += _BLOCK
-    low, high = start, min(start + _BLOCK, limit)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[start:mid] == b[start:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    end = min(start + _BLOCK, limit)
+    return start + _leading_equal(a[start:end], b[start:end])
 
 
 def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
@@ -100,30 +114,38 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
         and a[end_a - done - _BLOCK : end_a - done] == b[end_b - done - _BLOCK : end_b - done]
     ):
         done += _BLOCK
-    low, high = done, min(done + _BLOCK, limit)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[end_a - mid : end_a - done] == b[end_b - mid : end_b - done]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    size = min(done + _BLOCK, limit) - done
+    return done + _trailing_equal(
+        a[end_a - done - size : end_a - done], b[end_b - done - size : end_b - done]
+    )
 
 
 def _copy(offset: int, size: int) -> bytes:
+    # git's copy opcode: a flag bit per non-zero byte of offset (4) and size (3), then those bytes.
     op = 0x80
     args = bytearray()
-    for shift, bit in ((0, 0x01), (8, 0x02), (16, 0x04), (24, 0x08)):
-        byte = (offset >> shift) & 0xFF
-        if byte:
-            op |= bit
-            args.append(byte)
-    for shift, bit in ((0, 0x10), (8, 0x20), (16, 0x40)):
-        byte = (size >> shift) & 0xFF
-        if byte:
-            op |= bit
-            args.append(byte)
-    return bytes([op]) + bytes(args)
+    if offset & 0xFF:
+        op |= 0x01
+        args.append(offset & 0xFF)
+    if offset & 0xFF00:
+        op |= 0x02
+        args.append((offset >> 8) & 0xFF)
+    if offset & 0xFF0000:
+        op |= 0x04
+        args.append((offset >> 16) & 0xFF)
+    if offset & 0xFF000000:
+        op |= 0x08
+        args.append((offset >> 24) & 0xFF)
+    if size & 0xFF:
+        op |= 0x10
+        args.append(size & 0xFF)
+    if size & 0xFF00:
+        op |= 0x20
+        args.append((size >> 8) & 0xFF)
+    if size & 0xFF0000:
+        op |= 0x40
+        args.append((size >> 16) & 0xFF)
+    return _BYTE[op] + args
 
 
 def make_delta(base: bytes, target: bytes) -> bytes:
