@@ -136,7 +136,9 @@ def test_once_pulls_every_store_and_exits_0_with_json_logs_free_of_the_token(
     assert entry["id"] == store.id and entry["ok"] and entry["imported"] == 1
     assert (tmp_path / "mirrors" / store.id / "notes" / "a.md").read_text() == "one\n"
     logs = [json.loads(line) for line in result.stderr.splitlines()]
-    assert any(e["logger"] == "httpx" for e in logs)  # debug: every request is logged...
+    assert any(
+        e["logger"] == "memsync.api" and e["message"].startswith("HTTP ") for e in logs
+    )  # every request is logged at debug...
     assert server.token not in result.stderr  # ...and the token never is
     state = read_state(tmp_path / "mirrors" / store.id)
     assert state is not None and state.status == "stopped" and state.last_cycle is not None
