@@ -36,7 +36,10 @@ CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit
 SIDE_FILES = ("-journal",)
 
 
-# Queries before the index builds its filter: a pull of a few versions never pays for it.
+# Questions before the index considers building its filter. Building reads every entry (about
+# 2 µs each: 200 ms at 100,000) and saves about 9 µs per absent content asked about, so the filter is
+# built only once the questions reach a quarter of the entries: a pull of a few hundred versions
+# into a large mirror never pays for it, a large import does early.
 FILTER_AFTER = 256
 
 
@@ -82,6 +85,7 @@ class ContentIndex:
         self._covered: str | None = None
         self._filter: _ShaFilter | None = None
         self._queries = 0
+        self._build_at = FILTER_AFTER
 
     def close(self) -> None:
         if self._db is not None:
@@ -151,7 +155,10 @@ class ContentIndex:
         db = self._connection()
         if self._filter is None:
             self._queries += 1
-            if self._queries > FILTER_AFTER:
+            if self._queries == FILTER_AFTER:
+                (entries,) = db.execute("SELECT count(*) FROM content").fetchone()
+                self._build_at = max(FILTER_AFTER, entries // 4)
+            if self._queries >= self._build_at:
                 self._filter = _ShaFilter()
                 for (known,) in db.execute("SELECT sha256 FROM content"):
                     self._filter.add(known)
