@@ -23,7 +23,6 @@ from memsync.crashpoints import crash_point
 from memsync.errors import (
     EXIT_FAILED,
     EXIT_LOCKED,
-    EXIT_OK,
     EXIT_USAGE,
     ConfigError,
     MemsyncError,
@@ -33,6 +32,7 @@ from memsync.errors import (
 )
 from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
 from memsync.sync.pull import PullReport, mirror_path, pull_store, store_lock
+from memsync.sync.report import StoreReport
 from memsync.sync.stores import select_stores
 
 PLACEHOLDERS = ("store_id", "name")
@@ -42,14 +42,9 @@ MAX_SLUG = 64
 
 
 @dataclass
-class BackupReport:
+class BackupReport(StoreReport):
     """One store's backup: the pull's outcome and one push result per remote."""
 
-    id: str
-    name: str = ""
-    ok: bool = True
-    error: str | None = None
-    code: int = EXIT_OK
     imported: int = 0
     archived: bool = False
     deleted_remotely: bool = False
@@ -57,11 +52,9 @@ class BackupReport:
     warnings: list[str] = field(default_factory=list)
     rewrite: dict[str, Any] | None = None
 
-    @property
-    def exit_code(self) -> int:
-        return self.code
-
     def fail(self, message: str, code: int = EXIT_FAILED) -> None:
+        # A backup goes on to its other remotes after a failure: every failure is kept, and the
+        # worst exit code.
         self.ok = False
         self.error = message if self.error is None else f"{self.error}; {message}"
         self.code = combine_exit_codes([self.code, code])

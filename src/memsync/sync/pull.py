@@ -45,7 +45,7 @@ from memsync.api import (
 from memsync.crashpoints import crash_point
 from memsync.engine.importing import Checkpoint, author_for, newer_than_checkpoint
 from memsync.engine.spool import ReverseSpool
-from memsync.errors import EXIT_FAILED, EXIT_OK, MemsyncError, UnsafeInput
+from memsync.errors import MemsyncError, UnsafeInput
 from memsync.mirror import (
     HistoryWriter,
     ImportedVersion,
@@ -57,6 +57,7 @@ from memsync.mirror import (
 )
 from memsync.rules import Dialect
 from memsync.sync.locks import held
+from memsync.sync.report import StoreReport
 
 log = logging.getLogger("memsync.pull")
 
@@ -69,13 +70,9 @@ Progress = Callable[[int], None]
 
 
 @dataclass
-class PullReport:
+class PullReport(StoreReport):
     """What a pull did to one store; ``to_json`` is its entry in ``--json`` output."""
 
-    id: str
-    name: str = ""
-    ok: bool = True
-    error: str | None = None
     imported: int = 0
     skipped: list[str] = field(default_factory=list)
     late: int = 0
@@ -90,17 +87,6 @@ class PullReport:
     warnings: list[str] = field(default_factory=list)
     path: str = ""
     rewrite: dict[str, Any] | None = None
-
-    code: int = EXIT_OK
-
-    @property
-    def exit_code(self) -> int:
-        return self.code
-
-    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
-        self.ok = False
-        self.error = message
-        self.code = code
 
     def to_json(self) -> dict[str, Any]:
         return {

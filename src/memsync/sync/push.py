@@ -60,7 +60,7 @@ from memsync.engine.reconcile import (
     next_base,
     plan,
 )
-from memsync.errors import EXIT_ATTENTION, EXIT_FAILED, EXIT_OK, MemsyncError, MirrorError
+from memsync.errors import EXIT_ATTENTION, EXIT_OK, MemsyncError, MirrorError
 from memsync.mirror import (
     BlobHashes,
     CheckoutChange,
@@ -86,6 +86,7 @@ from memsync.mirror import (
 )
 from memsync.mirror import encode_path as _encode_path
 from memsync.sync.pull import mirror_path
+from memsync.sync.report import StoreReport
 
 log = logging.getLogger("memsync.push")
 
@@ -105,14 +106,10 @@ class Replan(Exception):
 
 
 @dataclass
-class PushReport:
+class PushReport(StoreReport):
     """What a reconcile did (or, ``dry_run``, would do) to one store; paths as in the working tree."""
 
-    id: str
-    name: str = ""
     path: str = ""
-    ok: bool = True
-    error: str | None = None
     dry_run: bool = False
     pushed: list[dict[str, str]] = field(default_factory=list)
     checkout: list[dict[str, str]] = field(default_factory=list)
@@ -124,12 +121,6 @@ class PushReport:
     kept_commits: str | None = None
     attempts: int = 0
     warnings: list[str] = field(default_factory=list)
-    code: int = EXIT_OK
-
-    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
-        self.ok = False
-        self.error = message
-        self.code = code
 
     @property
     def needs_attention(self) -> bool:

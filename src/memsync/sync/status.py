@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
-from memsync.errors import EXIT_ATTENTION, EXIT_FAILED, EXIT_OK, MemsyncError, UsageError
+from memsync.errors import EXIT_ATTENTION, EXIT_OK, MemsyncError, UsageError
 from memsync.mirror import (
     BlobHashes,
     Mirror,
@@ -35,20 +35,17 @@ from memsync.sync.push import (
     snapshot_entries,
     working_tree_path,
 )
+from memsync.sync.report import StoreReport
 from memsync.sync.stores import existing_mirrors
 
 _PENDING = {Create: "create", Update: "update", Delete: "delete", Rename: "rename", Merge: "merge"}
 
 
 @dataclass
-class StatusReport:
+class StatusReport(StoreReport):
     """One mirror's waiting work; ``daemon`` is filled by the caller from the daemon's state file."""
 
-    id: str
-    path: str
-    name: str = ""
-    ok: bool = True
-    error: str | None = None
+    path: str = ""
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
     withheld: list[dict[str, str]] = field(default_factory=list)
@@ -57,12 +54,6 @@ class StatusReport:
     kept_commits: list[str] = field(default_factory=list)
     tip: str | None = None
     daemon: dict[str, Any] | None = None
-    code: int = EXIT_OK
-
-    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
-        self.ok = False
-        self.error = message
-        self.code = code
 
     @property
     def exit_code(self) -> int:

@@ -43,10 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from memsync.api import Client, MemoryVersion, Store
-from memsync.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_OK, MemsyncError
+from memsync.errors import EXIT_DRIFT, MemsyncError
 from memsync.mirror import BackupRepository, ImportedCommit, escape_for_terminal
 from memsync.rules import Dialect
 from memsync.sync.pull import mirror_path, store_lock
+from memsync.sync.report import StoreReport
 
 # How long each dialect keeps versions that are not a live memory's head (api.md §4); None: unknown.
 RETENTION: dict[Dialect, timedelta | None] = {
@@ -248,14 +249,9 @@ def _compare_trees(tip: Mapping[str, str], memories: Mapping[str, str]) -> list[
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(StoreReport):
     """One store's verification; ``to_json`` is its entry in ``--json`` output."""
 
-    id: str
-    name: str = ""
-    ok: bool = True
-    error: str | None = None
-    code: int = EXIT_OK
     path: str = ""
     tip: str | None = None
     commits: int = 0
@@ -263,17 +259,8 @@ class VerifyReport:
     differences: list[Difference] = field(default_factory=list)
 
     @property
-    def exit_code(self) -> int:
-        return self.code
-
-    @property
     def drift(self) -> bool:
         return any(d.drift for d in self.differences)
-
-    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
-        self.ok = False
-        self.error = message
-        self.code = code
 
     def conclude(self) -> None:
         """Set ``ok``, ``error`` and the exit code from the differences found."""

@@ -1,0 +1,29 @@
+"""What one command did to one store: the part every command's report shares.
+
+Each command's report (pull, push, status, verify, backup) adds its own fields and its ``to_json``;
+the store, the outcome and the exit code are these, and a failure is recorded the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memsync.errors import EXIT_FAILED, EXIT_OK
+
+
+@dataclass
+class StoreReport:
+    id: str
+    name: str = ""
+    ok: bool = True
+    error: str | None = None
+    code: int = EXIT_OK
+
+    @property
+    def exit_code(self) -> int:
+        return self.code
+
+    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
+        self.ok = False
+        self.error = message
+        self.code = code
