@@ -213,8 +213,13 @@ def test_a_remote_write_reaches_the_checkout_and_a_second_daemon_exits_75(
     wait_for(lambda: (checkout / "notes" / "a.md").exists(), what="the first cycle's checkout")
 
     client.create_memory(store.id, "remote/b.md", "written remotely\n")
-    wait_for(lambda: (checkout / "remote" / "b.md").exists(), what="the remote write in the checkout")
-    assert (checkout / "remote" / "b.md").read_text() == "written remotely\n"
+    written = checkout / "remote" / "b.md"
+    # The checkout creates the file, then fills it: wait for its content, not for its name.
+    wait_for(
+        lambda: written.exists() and written.read_text() == "written remotely\n",
+        what="the remote write in the checkout",
+    )
+    assert written.read_text() == "written remotely\n"
 
     serving = daemon.logged("serving /healthz")
     assert serving is not None
