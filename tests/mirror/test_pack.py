@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import zlib
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.mirror.objects import BLOB, MODE_FILE, TREE, object_id, serialise_tree
-from memsync.mirror.pack import MAX_DELTA_DEPTH, PackBatch, make_delta
+from memsync.mirror.pack import MAX_DELTA_DEPTH, STORED_BELOW, PackBatch, _Deflater, _stored, make_delta
 from tests.mirror.oracle import git
 
 
@@ -105,6 +106,33 @@ def test_a_delta_rebuilds_the_target(
     assert _apply(base, delta) == target
     # The shared prefix and suffix are copied, never inserted: the delta is about the change's size.
     assert len(delta) <= len(new) + len(new) // 127 + 32
+
+
+@settings(max_examples=60)
+@given(st.binary(min_size=1, max_size=5000), st.data())
+def test_a_same_size_change_is_copied_around(base: bytes, data: st.DataObject) -> None:
+    # Same-size versions (a tree entry's id changed) take make_delta's one-XOR path: the bytes
+    # before the first and after the last differing byte are copied.
+    start = data.draw(st.integers(0, len(base) - 1))
+    end = data.draw(st.integers(start, len(base)))
+    middle = data.draw(st.binary(min_size=end - start, max_size=end - start))
+    target = base[:start] + middle + base[end:]
+    delta = make_delta(base, target)
+    assert _apply(base, delta) == target
+    assert len(delta) <= (end - start) + (end - start) // 127 + 32
+
+
+@settings(max_examples=40)
+@given(st.lists(st.binary(max_size=3000), min_size=1, max_size=8))
+def test_every_object_is_a_whole_zlib_stream_of_its_own(payloads: list[bytes]) -> None:
+    # One deflater serves a whole pack: each object's stream must inflate alone, and be the same
+    # bytes whatever was compressed before it (the full flush forgets the earlier objects).
+    deflater = _Deflater(1)
+    streams = [deflater.stream(payload) for payload in payloads]
+    for payload, stream in zip(payloads, streams, strict=True):
+        assert zlib.decompress(stream) == payload
+        assert _Deflater(1).stream(payload) == stream
+    assert zlib.decompress(_stored(payloads[-1][:STORED_BELOW])) == payloads[-1][:STORED_BELOW]
 
 
 def _apply(base: bytes, delta: bytes) -> bytes:
