@@ -1,12 +1,18 @@
 """Bulk content fetching: a bounded pipeline of requests in flight, yielding in input order.
 
-Two regimes matter (measurements.md, and benchmarks/api_fetch_bench.py): on loopback the client's own
-CPU per request is the bottleneck and concurrency buys nothing, while across a network each request
-costs a round trip and only requests in flight pay. :class:`Pace` picks the number in flight from what
-it observes, by Little's law: to keep the client busy, have (latency ÷ client CPU per request)
-requests in flight. Across 20 ms that ratio is dozens (capped at 16). On loopback it is about 2, but
-the floor is 4: against the reference server (whose own work runs on the other core) 4 in flight was
-never slower than one at a time in any benchmark round, and up to 1.3x faster.
+Two regimes matter (measurements.md, benchmarks/api_fetch_bench.py and pull_bench.py): on loopback
+the client's own CPU per request is the bottleneck, and more than a few requests in flight only make
+the fetch threads fight over the GIL, while across a network each request costs a round trip and
+only requests in flight pay. :class:`Pace` picks the number in flight by Little's law: to keep the
+client busy, have (latency ÷ client CPU per request) requests in flight. Across 20 ms that ratio is
+dozens (capped at 16). On loopback it is about 2, but the floor is 4: against the reference server
+(whose own work runs on the other core) 4 in flight was never slower than one at a time.
+
+The latency is measured on the first requests of each call, sent one at a time, and the window is
+then held for the call. Measured while the window is open, a request's time includes its wait for
+the GIL, which grows with the window: an earlier version that kept measuring fed the window up to its
+ceiling on loopback, where a 10,000-version import then spent 8.5–9.7 s of CPU fetching instead of
+the 5.2–6.3 s of a window of 4 (issue 6).
 
 Work runs in a small thread pool that shares the client's one keep-alive connection pool. Results are
 consumed lazily: while the caller writes one version into git, the next ones are already on their way,
@@ -28,7 +34,7 @@ from memsync.api._models import MemoryVersion
 
 # Read-ahead over versions that need no request (contents already listed, tombstones, redacted).
 _MAX_QUEUED_JOBS = 256
-_SAMPLES = 16
+_SAMPLES = 3
 _CPU_FLOOR_S = 0.0002
 
 
@@ -44,7 +50,7 @@ ADAPTIVE_FLOOR = 4
 
 
 class Pace:
-    """The number of requests to keep in flight: fixed, or adapted to the observed latency."""
+    """The number of requests to keep in flight: fixed, or sized from the first requests' latency."""
 
     def __init__(self, fixed: int | None, maximum: int, floor: int = ADAPTIVE_FLOOR) -> None:
         if fixed is not None and fixed < 1:
@@ -52,26 +58,32 @@ class Pace:
         self.fixed = fixed
         self.maximum = max(1, maximum, fixed or 1)
         self.floor = min(max(1, floor), self.maximum)
-        self._window = fixed or self.floor
+        # One at a time until the samples are in: a lone request's time is latency plus its own CPU.
+        self._window = fixed or 1
         self._lock = threading.Lock()
-        self._walls: deque[float] = deque(maxlen=_SAMPLES)
-        self._cpus: deque[float] = deque(maxlen=_SAMPLES)
+        self._walls: list[float] = []
+        self._cpus: list[float] = []
 
     @property
     def window(self) -> int:
         return self._window
 
+    @property
+    def sampling(self) -> bool:
+        """Whether the requests finishing now are measured (their times are worth taking)."""
+        return self.fixed is None and len(self._walls) < _SAMPLES
+
     def record(self, wall_s: float, cpu_s: float) -> None:
-        """One request took ``wall_s`` seconds, of which ``cpu_s`` were this client's CPU."""
-        if self.fixed is not None:
+        """One request sent alone took ``wall_s`` seconds, of which ``cpu_s`` were this client's CPU."""
+        if not self.sampling:
             return
         with self._lock:
             self._walls.append(wall_s)
             self._cpus.append(cpu_s)
-            if len(self._walls) < 4:
+            if len(self._walls) < _SAMPLES:
                 return
-            # The fastest recent request approximates the latency without queueing for the GIL; the
-            # median CPU is what one request costs this process.
+            # The fastest sample is the latency least disturbed (the first may open the connection);
+            # the median CPU is what one request costs this process.
             latency = min(self._walls)
             cpu = max(statistics.median(self._cpus), _CPU_FLOOR_S)
             self._window = max(self.floor, min(self.maximum, math.ceil(latency / cpu)))
@@ -79,6 +91,8 @@ class Pace:
 
 def timed(job: Job, pace: Pace) -> dict[str, MemoryVersion]:
     assert job.fetch is not None
+    if not pace.sampling:
+        return job.fetch()
     wall, cpu = time.perf_counter(), time.thread_time()
     result = job.fetch()
     pace.record(time.perf_counter() - wall, time.thread_time() - cpu)
@@ -88,7 +102,8 @@ def timed(job: Job, pace: Pace) -> dict[str, MemoryVersion]:
 def run_jobs(jobs: Iterable[Job], pace: Pace) -> Iterator[tuple[Job, dict[str, MemoryVersion]]]:
     """Each job with its fetched versions, in input order, with up to ``pace.window`` jobs in flight.
 
-    The window is refilled before each result is handed over, so requests run while the caller works.
+    The window is refilled before each result is handed over, so requests run while the caller works
+    (except while the pace samples latency).
     """
     source = iter(jobs)
     queued: deque[tuple[Job, Future[dict[str, MemoryVersion]] | None]] = deque()
@@ -116,8 +131,14 @@ def run_jobs(jobs: Iterable[Job], pace: Pace) -> Iterator[tuple[Job, dict[str, M
             if future is not None:
                 fetched = future.result()
                 in_flight -= 1
-            fill()
-            yield job, fetched
+            if pace.sampling:
+                # A measured request runs alone: sent once the caller is back for more, so that its
+                # time holds no wait for the GIL the caller's work (git writing) would cause.
+                yield job, fetched
+                fill()
+            else:
+                fill()
+                yield job, fetched
     finally:
         for _, pending in queued:
             if pending is not None:
