@@ -11,7 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.mirror.objects import BLOB, MODE_FILE, TREE, object_id, serialise_tree
-from memsync.mirror.pack import MAX_DELTA_DEPTH, STORED_BELOW, PackBatch, _Deflater, _stored, make_delta
+from memsync.mirror.pack import (
+    MAX_DELTA_DEPTH,
+    STORED_BELOW,
+    PackBatch,
+    _Deflater,
+    _offset_encoding,
+    _stored,
+    _type_and_size,
+    make_delta,
+)
 from tests.mirror.oracle import git
 
 
@@ -133,6 +142,32 @@ def test_every_object_is_a_whole_zlib_stream_of_its_own(payloads: list[bytes]) -
         assert zlib.decompress(stream) == payload
         assert _Deflater(1).stream(payload) == stream
     assert zlib.decompress(_stored(payloads[-1][:STORED_BELOW])) == payloads[-1][:STORED_BELOW]
+
+
+def test_short_headers_match_gits_loops() -> None:
+    # The one- and two-byte fast paths against the loops of git's pack format (pack-format.txt).
+    def offset(distance: int) -> bytes:
+        out = [distance & 0x7F]
+        distance >>= 7
+        while distance:
+            distance -= 1
+            out.append(0x80 | (distance & 0x7F))
+            distance >>= 7
+        return bytes(reversed(out))
+
+    def header(type_code: int, size: int) -> bytes:
+        out, byte, size = bytearray(), (type_code << 4) | (size & 0x0F), size >> 4
+        while size:
+            out.append(byte | 0x80)
+            byte, size = size & 0x7F, size >> 7
+        return bytes(out + bytes((byte,)))
+
+    edges = [1, 2, 0x0F, 0x10, 0x7F, 0x80, 0x81, 0x7FF, 0x800, 0x3FFF, 0x4000, 0x4080, 0x4081, 1 << 20]
+    for value in edges + list(range(0, 20_000, 7)):
+        if value:
+            assert _offset_encoding(value) == offset(value), value
+        for type_code in (1, 2, 3, 6):
+            assert _type_and_size(type_code, value) == header(type_code, value), (type_code, value)
 
 
 def _apply(base: bytes, delta: bytes) -> bytes:

@@ -45,6 +45,10 @@ STORED_BELOW = 128
 
 
 def _type_and_size(type_code: int, size: int) -> bytes:
+    if size < 0x800:  # most objects here: one or two bytes, without the loop
+        if size < 0x10:
+            return _BYTE[(type_code << 4) | size]
+        return bytes((0x80 | (type_code << 4) | (size & 0x0F), size >> 4))
     out = bytearray()
     byte = (type_code << 4) | (size & 0x0F)
     size >>= 4
@@ -58,6 +62,10 @@ def _type_and_size(type_code: int, size: int) -> bytes:
 
 def _offset_encoding(distance: int) -> bytes:
     """The negative offset of an OFS_DELTA base, in git's own variable-length encoding."""
+    if distance < 0x80:
+        return _BYTE[distance]
+    if distance < 0x4000:  # a base a few objects back: two bytes (each continuation byte is off by one)
+        return bytes((0x80 | ((distance >> 7) - 1), distance & 0x7F))
     out = [distance & 0x7F]
     distance >>= 7
     while distance:
@@ -326,7 +334,7 @@ class PackBatch:
         for item, data in zip(items, compressed, strict=True):
             size = len(item.payload)
             type_code = item.type_code if item.base is None else OFS_DELTA
-            header = bytes(((type_code << 4) | size,)) if size < 16 else _type_and_size(type_code, size)
+            header = _type_and_size(type_code, size)
             if item.base is not None:
                 header += _offset_encoding(offset - offsets[item.base])
             record = header + data
