@@ -27,7 +27,6 @@ import os
 import struct
 import subprocess
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,9 +242,13 @@ def make_delta(base: bytes, target: bytes) -> bytes:
 
 @dataclass(slots=True)
 class _Packed:
-    oid: bytes
-    offset: int
-    record: bytes  # type/size header (+ delta base offset) + compressed data
+    """A batch as laid out in its pack: for object i, its id, offset and record (type/size header,
+    delta base offset for a delta, then the zlib stream). Parallel lists: one object per entry
+    would cost an allocation for each of a batch's thousands of objects."""
+
+    oids: list[bytes]
+    offsets: list[int]
+    records: list[bytes]
 
 
 @dataclass(slots=True)
@@ -317,28 +320,26 @@ class PackBatch:
         self._chain.pop(previous_oid, None)
         self._chain[oid] = depth
 
-    def _packed(self) -> list[_Packed]:
-        level = self._compression
+    def _packed(self) -> _Packed:
         # A base is always added after the objects that become deltas against it, and an offset
         # delta must follow its base in the pack: newest first puts every base before its deltas.
-        items = self._items[::-1]
-        deflater = _Deflater(level)
-        compress, stored = deflater.stream, _stored
-        compressed = [
-            stored(item.payload) if len(item.payload) < STORED_BELOW else compress(item.payload)
-            for item in items
-        ]
+        compress = _Deflater(self._compression).stream
         offsets: dict[bytes, int] = {}
-        packed: list[_Packed] = []
+        packed = _Packed([], [], [])
         offset = 12  # after the pack header
-        for item, data in zip(items, compressed, strict=True):
-            size = len(item.payload)
-            type_code = item.type_code if item.base is None else OFS_DELTA
-            header = _type_and_size(type_code, size)
-            if item.base is not None:
-                header += _offset_encoding(offset - offsets[item.base])
-            record = header + data
-            packed.append(_Packed(item.oid, offset, record))
+        for item in reversed(self._items):
+            payload = item.payload
+            size = len(payload)
+            data = _stored(payload) if size < STORED_BELOW else compress(payload)
+            if item.base is None:
+                record = _type_and_size(item.type_code, size) + data
+            else:
+                record = (
+                    _type_and_size(OFS_DELTA, size) + _offset_encoding(offset - offsets[item.base]) + data
+                )
+            packed.oids.append(item.oid)
+            packed.offsets.append(offset)
+            packed.records.append(record)
             offsets[item.oid] = offset
             offset += len(record)
         return packed
@@ -354,16 +355,12 @@ class PackBatch:
         objects = self._packed()
         pack_dir = objects_dir / "pack"
         pack_dir.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha1(usedforsecurity=False)
-        header = _PACK_SIGNATURE + struct.pack(">II", 2, len(objects))
+        # One buffer, hashed and written by one call each: the batch is in memory anyway.
+        body = b"".join([_PACK_SIGNATURE, struct.pack(">II", 2, len(objects.oids)), *objects.records])
+        pack_sum = hashlib.sha1(body, usedforsecurity=False).digest()
         tmp_pack = pack_dir / f"tmp_pack_memsync_{os.getpid()}_{id(self)}"
         with open(tmp_pack, "wb") as out:
-            out.write(header)
-            digest.update(header)
-            for packed in objects:
-                out.write(packed.record)
-                digest.update(packed.record)
-            pack_sum = digest.digest()
+            out.write(body)
             out.write(pack_sum)
             out.flush()
             # The ref update that follows must never point at objects a crash could lose.
@@ -388,31 +385,33 @@ class PackBatch:
         return final
 
 
-def _index_bytes(objects: Iterable[_Packed], pack_sum: bytes) -> bytes:
-    ordered = sorted(objects, key=lambda packed: packed.oid)
+def _index_bytes(objects: _Packed, pack_sum: bytes) -> bytes:
+    oids, offsets, records = objects.oids, objects.offsets, objects.records
+    order = sorted(range(len(oids)), key=oids.__getitem__)
     fanout = [0] * 256
-    for packed in ordered:
-        fanout[packed.oid[0]] += 1
+    for i in order:
+        fanout[oids[i][0]] += 1
     running = 0
-    for i in range(256):
-        running += fanout[i]
-        fanout[i] = running
+    for byte in range(256):
+        running += fanout[byte]
+        fanout[byte] = running
     small: list[int] = []
     large: list[int] = []
-    for packed in ordered:
-        if packed.offset < 0x80000000:
-            small.append(packed.offset)
+    for i in order:
+        if offsets[i] < 0x80000000:
+            small.append(offsets[i])
         else:
             small.append(0x80000000 | len(large))
-            large.append(packed.offset)
-    count = len(ordered)
+            large.append(offsets[i])
+    count = len(order)
+    crc32 = zlib.crc32
     body = b"".join(
         [
             _IDX_SIGNATURE,
             struct.pack(">I", 2),
             struct.pack(">256I", *fanout),
-            b"".join(packed.oid for packed in ordered),
-            struct.pack(f">{count}I", *(zlib.crc32(packed.record) for packed in ordered)),
+            b"".join([oids[i] for i in order]),
+            struct.pack(f">{count}I", *[crc32(records[i]) for i in order]),
             struct.pack(f">{count}I", *small),
             struct.pack(f">{len(large)}Q", *large),
             pack_sum,

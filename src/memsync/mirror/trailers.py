@@ -55,6 +55,7 @@ SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 REASON_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _TIME_PATTERN = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{6}))?Z")
 _LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
+_FORMAT_LINE = f"Memsync-Format: {FORMAT}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,23 +95,24 @@ def parse_time(text: str) -> datetime:
 
 
 def format_trailers(trailers: Trailers) -> str:
-    """The trailer paragraph (lines joined by newlines, no trailing newline)."""
-    values: dict[str, str] = {
-        "Memory-Id": trailers.memory_id,
-        "Memory-Version": trailers.version_id,
-        "Operation": trailers.operation,
-        "Created-At": format_time(trailers.created_at),
-        "Memsync-Format": str(FORMAT),
-    }
+    """The trailer paragraph (lines joined by newlines, no trailing newline), in :data:`ORDER`."""
+    # Built line by line in ORDER's order (once per imported version: no dictionary, no lookups).
+    lines = [
+        f"Memory-Id: {trailers.memory_id}",
+        f"Memory-Version: {trailers.version_id}",
+        f"Operation: {trailers.operation}",
+    ]
     if trailers.memory_path is not None:
-        values["Memory-Path"] = quote_for_message(trailers.memory_path)
+        lines.append(f"Memory-Path: {quote_for_message(trailers.memory_path)}")
     if trailers.content_sha256 is not None:
-        values["Content-SHA256"] = trailers.content_sha256
+        lines.append(f"Content-SHA256: {trailers.content_sha256}")
+    lines.append(f"Created-At: {format_time(trailers.created_at)}")
     if trailers.redacted:
-        values["Redacted"] = "true"
+        lines.append("Redacted: true")
     if trailers.skipped is not None:
-        values["Memsync-Skipped"] = trailers.skipped
-    return "\n".join(f"{name}: {values[name]}" for name in ORDER if name in values)
+        lines.append(f"Memsync-Skipped: {trailers.skipped}")
+    lines.append(_FORMAT_LINE)
+    return "\n".join(lines)
 
 
 def format_message(summary: str, trailers: Trailers) -> str:
