@@ -22,6 +22,7 @@ wrong moment) are harmless and pruned by a later repack.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -134,6 +135,9 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     )
 
 
+# Cached: the versions of one directory or note differ at few places, so the same copies recur (the
+# root tree's ten entries give ten prefixes); a cache hit costs a fifth of building the opcode.
+@functools.lru_cache(maxsize=4096)
 def _copy(offset: int, size: int) -> bytes:
     # git's copy opcode: a flag bit per non-zero byte of offset (4) and size (3), then those bytes.
     op = 0x80
@@ -159,7 +163,7 @@ def _copy(offset: int, size: int) -> bytes:
     if size & 0xFF0000:
         op |= 0x40
         args.append((size >> 16) & 0xFF)
-    return _BYTE[op] + args
+    return _BYTE[op] + bytes(args)
 
 
 def _stored(payload: bytes) -> bytes:
