@@ -7,9 +7,11 @@ import subprocess
 import zlib
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memsync.mirror import pack
 from memsync.mirror.objects import BLOB, MODE_FILE, TREE, object_id, serialise_tree
 from memsync.mirror.pack import (
     MAX_DELTA_DEPTH,
@@ -29,7 +31,17 @@ def _bare(path: Path) -> Path:
     return path
 
 
-def test_git_indexes_our_pack_to_the_same_bytes(tmp_path: Path) -> None:
+@pytest.fixture(params=["isal", "zlib"])
+def deflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each compression backend: ISA-L (a dependency), and zlib (where ISA-L has no wheel)."""
+    if request.param == "zlib":
+        monkeypatch.setattr(pack, "isal_zlib", None)
+    else:
+        assert pack.isal_zlib is not None, "isal is a dependency: pip install -e '.[test]'"
+    return str(request.param)
+
+
+def test_git_indexes_our_pack_to_the_same_bytes(tmp_path: Path, deflate: str) -> None:
     repo = _bare(tmp_path / "repo.git")
     batch = PackBatch()
     blobs = [f"content {i}\n".encode() * (i + 1) for i in range(40)]
@@ -134,6 +146,10 @@ def test_a_same_size_change_is_copied_around(base: bytes, data: st.DataObject) -
 @settings(max_examples=40)
 @given(st.lists(st.binary(max_size=3000), min_size=1, max_size=8))
 def test_every_object_is_a_whole_zlib_stream_of_its_own(payloads: list[bytes]) -> None:
+    for level in (1, 6):  # ISA-L's level and a level only zlib has
+        compress = pack._compressor(level)
+        for payload in payloads:
+            assert zlib.decompress(compress(payload)) == payload
     # One deflater serves a whole pack: each object's stream must inflate alone, and be the same
     # bytes whatever was compressed before it (the full flush forgets the earlier objects).
     deflater = _Deflater(1)
