@@ -12,9 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord
+from memsync.mirror.contentindex import _ShaFilter
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
 from memsync.mirror.trailers import Trailers, format_message
 from tests.mirror.oracle import T0, fsck, git, record
@@ -555,3 +558,15 @@ def test_the_content_index_answers_the_same_once_its_filter_is_built(new_mirror:
         content = (b"early %d\n" if n < 40 else b"late %d\n") % n
         assert mirror.blob_for_sha256(hashlib.sha256(content).hexdigest()) == blob_id(content)
     assert not any(mirror._content_index_has(sha) for sha in unknown)
+
+
+@settings(max_examples=30)
+@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=200, unique=True))
+def test_the_content_filter_never_says_absent_of_what_it_holds(shas: list[bytes]) -> None:
+    # The filter may answer "maybe" wrongly (then SQLite is asked), never "absent" wrongly: that
+    # would make a pull fetch, and the writer pack, a content the mirror has.
+    held = _ShaFilter()
+    for sha in shas[::2]:
+        held.add(sha)
+    assert all(held.may_contain(sha) for sha in shas[::2])
+    assert not _ShaFilter().may_contain(shas[0])

@@ -54,16 +54,23 @@ class _ShaFilter:
 
     BITS = 23
     MASK = (1 << BITS) - 1
+    _SHIFTS = (BITS, 2 * BITS, 3 * BITS)  # the 2nd, 3rd and 4th positions of a hash
 
     def __init__(self) -> None:
         self._bits = bytearray(1 << (self.BITS - 3))
 
     def add(self, sha256: bytes) -> None:
-        value = int.from_bytes(sha256[:12], "big")
-        for _ in range(4):
-            position = value & self.MASK
-            self._bits[position >> 3] |= 1 << (position & 7)
-            value >>= self.BITS
+        # The four positions of may_contain, unrolled: this runs once per content an import writes.
+        value, bits, mask = int.from_bytes(sha256[:12], "big"), self._bits, self.MASK
+        second, third, fourth = self._SHIFTS
+        position = value & mask
+        bits[position >> 3] |= 1 << (position & 7)
+        position = (value >> second) & mask
+        bits[position >> 3] |= 1 << (position & 7)
+        position = (value >> third) & mask
+        bits[position >> 3] |= 1 << (position & 7)
+        position = (value >> fourth) & mask
+        bits[position >> 3] |= 1 << (position & 7)
 
     def may_contain(self, sha256: bytes) -> bool:
         value = int.from_bytes(sha256[:12], "big")

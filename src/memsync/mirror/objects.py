@@ -58,6 +58,8 @@ def serialise_commit(
     """A commit body; ``tree`` and ``parents`` are raw ids, ``message`` is written as UTF-8."""
     lines = [b"tree " + tree.hex().encode()]
     lines.extend(b"parent " + parent.hex().encode() for parent in parents)
-    lines.append(b"author " + author.line())
-    lines.append(b"committer " + committer.line())
+    identity = author.line()
+    lines.append(b"author " + identity)
+    # An imported version's committer is its author: one line serves both.
+    lines.append(b"committer " + (identity if committer == author else committer.line()))
     return b"\n".join(lines) + b"\n\n" + message.encode("utf-8")
