@@ -11,8 +11,9 @@ One run prints:
   loopback and with ``--latency-ms`` added to every request (a local TCP proxy), and the ratio of
   memsync to the faster script (target: within 1.25);
 - the git-writing part alone (memsync's HistoryWriter fed the imported versions) against
-  ``git fast-import`` fed the same commits (``git fast-export`` of the mirror), as a ratio, and a check
-  that both end on the same commit id (target: ratio at most 1.0);
+  ``git fast-import`` fed the same commits (``git fast-export`` of the mirror), as the ratio of the
+  medians of at least 3 alternated rounds, and a check that both end on the same commit id (target:
+  ratio at most 1.0);
 - peak RSS of the import, and of one ``--scale`` times larger (target: within 20 %).
 
     python benchmarks/pull_bench.py [--versions 10000] [--memories 1000] [--rounds 3] [--scale 10]
@@ -142,8 +143,9 @@ def run_bare(base_url: str, store_id: str, inflight: int) -> float:
     return wall
 
 
-def git_writing_vs_fast_import(repo: Path, workdir: Path) -> dict[str, float | bool]:
-    """HistoryWriter alone vs `git fast-import`, both fed the commits of ``repo``'s imported history."""
+def git_writing_vs_fast_import(repo: Path, workdir: Path, rounds: int) -> dict[str, float | bool]:
+    """HistoryWriter alone vs `git fast-import`, both fed the commits of ``repo``'s imported history,
+    each in a fresh repository and process; medians of ``rounds`` alternated rounds."""
     stream = subprocess.run(
         ["git", "-C", str(repo), "fast-export", "--reencode=no", "refs/remotes/memstore/main"],
         capture_output=True,
@@ -155,20 +157,6 @@ def git_writing_vs_fast_import(repo: Path, workdir: Path) -> dict[str, float | b
         text=True,
         check=True,
     ).stdout.strip()
-    target = workdir / "fast-import"
-    subprocess.run(["git", "init", "-q", "--bare", str(target)], check=True)
-    started = time.perf_counter()
-    subprocess.run(["git", "-C", str(target), "fast-import", "--quiet"], input=stream, check=True)
-    fast = time.perf_counter() - started
-    same = (
-        subprocess.run(
-            ["git", "-C", str(target), "rev-parse", "refs/remotes/memstore/main"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        == tip
-    )
     writer_script = r"""
 import sys, time, json
 from datetime import datetime
@@ -202,19 +190,39 @@ with mirror.history_writer() as writer:
 elapsed = time.perf_counter() - started
 print(json.dumps({"seconds": elapsed, "tip": mirror.tip()}))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", writer_script, str(repo), str(workdir / "writer")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    result = json.loads(out)
+    fast_times: list[float] = []
+    writer_times: list[float] = []
+    same = same_writer = True
+    for round_number in range(rounds):
+        target = workdir / f"fast-import-{round_number}"
+        subprocess.run(["git", "init", "-q", "--bare", str(target)], check=True)
+        started = time.perf_counter()
+        subprocess.run(["git", "-C", str(target), "fast-import", "--quiet"], input=stream, check=True)
+        fast_times.append(time.perf_counter() - started)
+        imported = subprocess.run(
+            ["git", "-C", str(target), "rev-parse", "refs/remotes/memstore/main"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        same = same and imported == tip
+        out = subprocess.run(
+            [sys.executable, "-c", writer_script, str(repo), str(workdir / f"writer-{round_number}")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        result = json.loads(out)
+        writer_times.append(result["seconds"])
+        same_writer = same_writer and result["tip"] == tip
+    fast = statistics.median(fast_times)
+    writer = statistics.median(writer_times)
     return {
         "fast_import_s": fast,
-        "writer_s": result["seconds"],
-        "ratio": result["seconds"] / fast,
+        "writer_s": writer,
+        "ratio": writer / fast,
         "same_tip_fast_import": same,
-        "same_tip_writer": result["tip"] == tip,
+        "same_tip_writer": same_writer,
     }
 
 
@@ -284,7 +292,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="memsync-pull-bench-") as tmp:
         workdir = Path(tmp)
         main_run = scenario(workdir, args.versions, args.memories, args.rounds, args.latency_ms)
-        writing = git_writing_vs_fast_import(Path(main_run["repo"]), workdir)
+        writing = git_writing_vs_fast_import(Path(main_run["repo"]), workdir, max(args.rounds, 3))
         large: dict[str, Any] | None = None
         if args.scale > 1:
             large = scenario(workdir, args.versions * args.scale, args.memories * args.scale, 1, 0)
