@@ -5,8 +5,7 @@ level 6 for objects this size, and faster): by ISA-L (``isal``) where it is inst
 long-lived zlib deflater (:class:`_Deflater`). A payload under ``STORED_BELOW`` bytes (a delta, nearly
 all of them) is written as a stored deflate block instead: such a delta is mostly a raw object id,
 which deflate cannot shrink, and a stored block costs 0.3 µs and five more bytes where deflating
-costs several µs. With ISA-L the writer fed the 10,000 commits of ``benchmarks/pull_bench.py`` takes
-0.72–0.80 s of CPU, against 0.81–0.87 s with zlib and 1.07 s before these changes (docs/mirror.md).
+costs several µs. The figures behind these choices are in docs/mirror.md ("Performance").
 
 When a tree, or a memory's content, gets a new version in the same batch, the new version is stored
 whole and the previous one becomes an offset delta against it: a one-entry change to a directory
@@ -176,7 +175,9 @@ def _copy(offset: int, size: int) -> bytes:
 
 
 def _stored(payload: bytes) -> bytes:
-    """``payload`` as a zlib stream of one stored (uncompressed) deflate block (RFC 1950/1951)."""
+    """``payload`` as a zlib stream of one stored (uncompressed) deflate block (RFC 1950/1951).
+
+    One block holds at most 65,535 bytes; callers pass less than ``STORED_BELOW``."""
     size = len(payload)
     return (
         b"\x78\x01\x01"
