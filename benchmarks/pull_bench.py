@@ -143,6 +143,16 @@ def run_bare(base_url: str, store_id: str, inflight: int) -> float:
     return wall
 
 
+def imported_tip(repo: Path) -> str:
+    """The commit id of ``refs/remotes/memstore/main`` in ``repo``."""
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "refs/remotes/memstore/main"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def git_writing_vs_fast_import(repo: Path, workdir: Path, rounds: int) -> dict[str, float | bool]:
     """HistoryWriter alone vs `git fast-import`, both fed the commits of ``repo``'s imported history,
     each in a fresh repository and process; medians of ``rounds`` alternated rounds."""
@@ -151,12 +161,7 @@ def git_writing_vs_fast_import(repo: Path, workdir: Path, rounds: int) -> dict[s
         capture_output=True,
         check=True,
     ).stdout
-    tip = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "refs/remotes/memstore/main"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    tip = imported_tip(repo)
     writer_script = r"""
 import sys, time, json
 from datetime import datetime
@@ -199,13 +204,7 @@ print(json.dumps({"seconds": elapsed, "tip": mirror.tip()}))
         started = time.perf_counter()
         subprocess.run(["git", "-C", str(target), "fast-import", "--quiet"], input=stream, check=True)
         fast_times.append(time.perf_counter() - started)
-        imported = subprocess.run(
-            ["git", "-C", str(target), "rev-parse", "refs/remotes/memstore/main"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        same = same and imported == tip
+        same = same and imported_tip(target) == tip
         out = subprocess.run(
             [sys.executable, "-c", writer_script, str(repo), str(workdir / f"writer-{round_number}")],
             capture_output=True,
