@@ -110,6 +110,25 @@ def fresh_git_check() -> Iterator[None]:
     git_version.cache_clear()
 
 
+def test_metadata_pairs_are_streamed_and_a_failing_listing_records_nothing(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    when = datetime(2026, 3, 2, tzinfo=UTC)
+    store = {"id": "memstore_1", "name": "Notes"}
+    documents = {f"mem_{n}": {"path": f"n{n}.md", "metadata": {}} for n in range(3)}
+    first = mirror.write_metadata(store=store, memories=iter(documents.items()), when=when)
+    assert first is not None and mirror.read_metadata() == (store, documents)
+
+    def listing_that_fails() -> Iterator[tuple[str, dict[str, object]]]:
+        yield "mem_0", {"path": "renamed.md", "metadata": {}}
+        raise ConnectionError("the listing broke after one page")
+
+    with pytest.raises(ConnectionError):
+        mirror.write_metadata(store={**store, "name": "Renamed"}, memories=listing_that_fails(), when=when)
+    # A partial listing must not drop the files of the memories it did not reach: nothing moved.
+    assert mirror.ref_target(mirror.METADATA_REF) == first
+    assert mirror.read_metadata() == (store, documents)
+
+
 def test_a_missing_git_binary_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_git_check: None
 ) -> None:

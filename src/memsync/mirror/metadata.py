@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ def write_metadata(
     mirror: Mirror,
     *,
     store: Mapping[str, Any] | None,
-    memories: Mapping[str, Mapping[str, Any]] | None,
+    memories: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]] | None,
     when: datetime,
     author_name: str,
     author_email: str,
@@ -50,7 +50,9 @@ def write_metadata(
     """Record a snapshot; the new commit id, or None when nothing changed.
 
     ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of memory
-    documents by memory id: files of memories left out are removed (None keeps them all).
+    documents by memory id, a mapping or ``(id, document)`` pairs: files of memories left out are
+    removed (None keeps them all). Pairs are consumed one at a time, so a caller listing a large
+    store never holds every document at once; if the pairs raise, nothing is recorded.
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
@@ -70,16 +72,16 @@ def write_metadata(
     if store is not None:
         put([STORE_FILE], _document(store, "the store"))
     if memories is not None:
-        wanted: dict[bytes, bytes] = {}
-        for memory_id, document in memories.items():
+        seen: set[bytes] = set()
+        for memory_id, document in memories.items() if isinstance(memories, Mapping) else memories:
             if ID_PATTERN.fullmatch(memory_id) is None:
                 raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
-            wanted[f"{memory_id}.json".encode()] = _document(document, f"memory {memory_id}")
+            name = f"{memory_id}.json".encode()
+            seen.add(name)
+            put([MEMORIES_DIR, name], _document(document, f"memory {memory_id}"))
         for name in _memory_files(repo, parent_tree):
-            if name not in wanted:
+            if name not in seen:
                 tree.remove([MEMORIES_DIR, name])
-        for name, data in wanted.items():
-            put([MEMORIES_DIR, name], data)
     root = tree.write(batch)
     if root == parent_tree:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -445,7 +445,7 @@ class Mirror:
         self,
         *,
         store: Mapping[str, Any] | None,
-        memories: Mapping[str, Mapping[str, Any]] | None,
+        memories: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]] | None,
         when: datetime,
         author_name: str = DEFAULT_AUTHOR_NAME,
         author_email: str = DEFAULT_AUTHOR_EMAIL,

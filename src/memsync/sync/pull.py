@@ -428,16 +428,12 @@ def _checkpoint(mirror: Mirror) -> Checkpoint | None:
 
 
 def _snapshot_metadata(client: Client, store: Store, mirror: Mirror, *, with_memories: bool) -> None:
-    """Store (and memory) metadata on the metadata branch; a commit only when something changed."""
-    memories: dict[str, dict[str, Any]] | None = None
-    if with_memories:
-        memories = {}
-        try:
-            for memory in client.list_memories(store.id):
-                memories[memory.id] = {"path": memory.path, "metadata": memory.metadata}
-        except ApiError as exc:
-            log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
-            memories = None
+    """Store (and memory) metadata on the metadata branch; a commit only when something changed.
+
+    The memories are handed over as they are listed, not gathered into a dictionary first, so their
+    documents are never all held at once beside the snapshot's own tree and blobs. (Measured at
+    10,000 memories, this did not lower a first import's peak, which the history writing sets.)
+    """
     document = {
         "id": store.id,
         "name": store.name,
@@ -447,8 +443,19 @@ def _snapshot_metadata(client: Client, store: Store, mirror: Mirror, *, with_mem
         "identity_id": store.identity_id,
         "archived": store.archived,
     }
-    when = store.updated_at or store.created_at
-    mirror.write_metadata(store=document, memories=memories, when=when.astimezone(UTC))
+    when = (store.updated_at or store.created_at).astimezone(UTC)
+    if with_memories:
+        listed = (
+            (memory.id, {"path": memory.path, "metadata": memory.metadata})
+            for memory in client.list_memories(store.id)
+        )
+        try:
+            mirror.write_metadata(store=document, memories=listed, when=when)
+            return
+        except ApiError as exc:
+            # Nothing was recorded: the store's document alone, and the memories' files as they were.
+            log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
+    mirror.write_metadata(store=document, memories=None, when=when)
 
 
 def _update_checkout(mirror: Mirror, report: PullReport) -> None:
