@@ -147,30 +147,16 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
 # root tree's ten entries give ten prefixes); a cache hit costs a fifth of building the opcode.
 @functools.lru_cache(maxsize=4096)
 def _copy(offset: int, size: int) -> bytes:
-    # git's copy opcode: a flag bit per non-zero byte of offset (4) and size (3), then those bytes.
+    # git's copy opcode: a flag bit per non-zero byte of offset (4 bytes, flags 0x01..0x08) and of
+    # size (3 bytes, flags 0x10..0x40), then those bytes, least significant first.
     op = 0x80
     args = bytearray()
-    if offset & 0xFF:
-        op |= 0x01
-        args.append(offset & 0xFF)
-    if offset & 0xFF00:
-        op |= 0x02
-        args.append((offset >> 8) & 0xFF)
-    if offset & 0xFF0000:
-        op |= 0x04
-        args.append((offset >> 16) & 0xFF)
-    if offset & 0xFF000000:
-        op |= 0x08
-        args.append((offset >> 24) & 0xFF)
-    if size & 0xFF:
-        op |= 0x10
-        args.append(size & 0xFF)
-    if size & 0xFF00:
-        op |= 0x20
-        args.append((size >> 8) & 0xFF)
-    if size & 0xFF0000:
-        op |= 0x40
-        args.append((size >> 16) & 0xFF)
+    for value, first_flag, width in ((offset, 0x01, 4), (size, 0x10, 3)):
+        for index in range(width):
+            byte = (value >> (8 * index)) & 0xFF
+            if byte:
+                op |= first_flag << index
+                args.append(byte)
     return _BYTE[op] + bytes(args)
 
 
