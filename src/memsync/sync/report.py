@@ -1,7 +1,8 @@
 """What one command did to one store: the part every command's report shares.
 
 Each command's report (pull, push, status, verify, backup) adds its own fields and its ``to_json``;
-the store, the outcome and the exit code are these, and a failure is recorded the same way.
+the store, the outcome and the exit code are these, and a failure is recorded the same way (restore
+shares :class:`Outcome` only).
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from dataclasses import dataclass
 from memsync.errors import EXIT_FAILED, EXIT_OK
 
 
-@dataclass
-class StoreReport:
-    id: str
-    name: str = ""
-    ok: bool = True
-    error: str | None = None
-    code: int = EXIT_OK
+class Outcome:
+    """Success or failure with its exit code: what every report records the same way.
+
+    A mixin, not a dataclass: each report declares ``ok``, ``error`` and ``code`` among its own
+    fields (a restore's store id may be None, so it cannot take :class:`StoreReport`'s).
+    """
+
+    ok: bool
+    error: str | None
+    code: int
 
     @property
     def exit_code(self) -> int:
@@ -27,3 +31,12 @@ class StoreReport:
         self.ok = False
         self.error = message
         self.code = code
+
+
+@dataclass
+class StoreReport(Outcome):
+    id: str
+    name: str = ""
+    ok: bool = True
+    error: str | None = None
+    code: int = EXIT_OK

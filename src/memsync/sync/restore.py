@@ -39,7 +39,7 @@ from memsync.engine.restore_plan import (
     Wanted,
     plan_restore,
 )
-from memsync.errors import EXIT_FAILED, EXIT_OK, MemsyncError, RuleViolation, UsageError
+from memsync.errors import EXIT_OK, MemsyncError, RuleViolation, UsageError
 from memsync.mirror import BackupRepository, escape_for_terminal
 from memsync.rules import (
     RESERVED_STORE_METADATA_KEY,
@@ -48,6 +48,7 @@ from memsync.rules import (
     check_store_metadata,
     decode_content,
 )
+from memsync.sync.report import Outcome
 
 MARKER_KEY = "memsync-restore"
 HISTORY_NOTE = (
@@ -57,7 +58,7 @@ HISTORY_NOTE = (
 
 
 @dataclass
-class RestoreReport:
+class RestoreReport(Outcome):
     """What a restore did (or, with ``--dry-run``, would do); ``to_json`` is its ``--json`` entry."""
 
     id: str | None
@@ -74,15 +75,6 @@ class RestoreReport:
     writes: list[dict[str, str]] = field(default_factory=list)
     rejected: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return self.code
-
-    def fail(self, message: str, code: int = EXIT_FAILED) -> None:
-        self.ok = False
-        self.error = message
-        self.code = code
 
     def to_json(self) -> dict[str, Any]:
         return {
