@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from memsync.mirror import Mirror, VersionRecord
+import pygit2
+import pytest
+
+from memsync.mirror import Mirror, VersionRecord, checkout
 from tests.mirror.oracle import fsck, git, record
 
 NewMirror = Callable[..., Mirror]
@@ -190,3 +195,120 @@ def test_a_global_ignore_file_cannot_hide_a_new_memory(new_mirror: NewMirror, tm
     mirror = Mirror.open(mirror.path)  # opening restores the mirror's settings
     (mirror.path / "diary.log").write_text("a new memory\n")
     assert mirror.local_changes() == ("diary.log",)
+
+
+# --- which pack indexes libgit2 keeps mapped (issue 6: they are the import's peak memory) ---------
+
+needs_proc_maps = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+
+
+def mapped_indexes(mirror: Mirror) -> set[str]:
+    """The mirror's pack indexes mapped in this process (libgit2 maps each whole while it is open)."""
+    pack_dir = str((mirror.objects_dir / "pack").resolve())
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {Path(line.split()[-1]).name for line in lines if line.endswith(".idx") and pack_dir in line}
+
+
+def pack_objects(mirror: Mirror, index: str) -> set[str]:
+    listing = git(mirror.path, "show-index", input=(mirror.objects_dir / "pack" / index).read_bytes())
+    return {line.split()[1] for line in listing.splitlines()}
+
+
+def tip_objects(mirror: Mirror, tip: str) -> set[str]:
+    return {
+        line.split()[0] for line in git(mirror.path, "rev-list", "--objects", "--no-walk", tip).splitlines()
+    }
+
+
+def backdate_packs(mirror: Mirror) -> None:
+    """Make the packs written so far look older, as those of an import that took more than a second
+    do: libgit2 searches packs newest first and orders those of the same second arbitrarily."""
+    for path in (mirror.objects_dir / "pack").iterdir():
+        stat = path.stat()
+        os.utime(path, (stat.st_atime - 60, stat.st_mtime - 60))
+
+
+def many_files(count: int, start: int = 1) -> list[VersionRecord]:
+    return [
+        record(start + n, f"mem_{n:03d}", "created", f"d{n % 3}/n{n:03d}.md", b"note %d\n" % n)
+        for n in range(count)
+    ]
+
+
+@needs_proc_maps
+def test_batch_packs_leave_no_index_mapped_behind(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    items = many_files(12)
+    for start in range(0, 12, 2):  # six imports of a pack each, a second apart as far as git sees
+        backdate_packs(mirror)
+        imported(mirror, *items[start : start + 2])
+    assert mirror.pack_count() == 6
+    # Each import's ref move looks its commit up. Had libgit2 learned of the new pack by missing in
+    # every older one, all of their indexes would stay mapped; it lists the directory afresh instead.
+    assert len(mapped_indexes(mirror)) == 1
+
+
+@needs_proc_maps
+def test_a_large_checkout_reads_one_pack_of_what_it_writes(
+    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 8)
+    mirror = new_mirror()
+    with mirror.history_writer(batch_commits=3) as writer:
+        for item in many_files(12):
+            writer.add(item)
+    tip = mirror.tip()
+    assert tip is not None
+    backdate_packs(mirror)
+    before = {path.name for path in (mirror.objects_dir / "pack").glob("*.idx")}
+    assert len(before) == 4
+    seen: dict[str, object] = {}
+    real_checkout = pygit2.Repository.checkout_tree
+
+    def observed(repo: pygit2.Repository, *args: object, **kwargs: object) -> None:
+        real_checkout(repo, *args, **kwargs)
+        (gathered,) = {path.name for path in (mirror.objects_dir / "pack").glob("*.idx")} - before
+        seen["objects"] = pack_objects(mirror, gathered)
+        seen["mapped"] = mapped_indexes(mirror) == {gathered}
+
+    monkeypatch.setattr(pygit2.Repository, "checkout_tree", observed)
+    assert mirror.update_checkout().updated
+    # During the checkout: one more pack, exactly the tip's trees and files, and the only index read.
+    objects = tip_objects(mirror, tip)
+    objects.remove(tip)
+    assert seen == {"objects": objects, "mapped": True}
+    # After it the copies are gone again; the checkout is the tip's.
+    assert {path.name for path in (mirror.objects_dir / "pack").iterdir()} == {
+        name for path in before for name in (path, path.replace(".idx", ".pack"))
+    }
+    assert on_disk(mirror.path) == {f"d{n % 3}/n{n:03d}.md": b"note %d\n" % n for n in range(12)}
+    assert porcelain(mirror) == ""
+    fsck(mirror.path)
+
+
+def test_a_small_checkout_gathers_nothing(new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 8)
+    mirror = new_mirror()
+    with mirror.history_writer(batch_commits=3) as writer:
+        for item in many_files(12):
+            writer.add(item)
+    gathered: list[int] = []
+    real_gathered = Mirror.gathered
+
+    def counted(self: Mirror, object_ids: Iterable[str]) -> AbstractContextManager[None]:
+        gathered.append(len(list(object_ids)))
+        return real_gathered(self, object_ids)
+
+    monkeypatch.setattr(Mirror, "gathered", counted)
+    assert mirror.update_checkout().updated
+    assert gathered == [12 + 4]  # the 12 files, 3 directories and the root
+    # Seven files change (one deleted, six created): under the threshold, nothing is gathered.
+    tip = imported(
+        mirror,
+        record(20, "mem_000", "deleted", "d0/n000.md", None),
+        *[record(21 + n, f"mem_new{n}", "created", f"e/{n}.md", b"%d\n" % n) for n in range(6)],
+    )
+    assert mirror.update_checkout().updated
+    assert gathered == [16]
+    assert mirror.ref_target(mirror.MAIN_REF) == tip
+    assert porcelain(mirror) == ""

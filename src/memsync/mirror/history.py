@@ -361,7 +361,7 @@ class HistoryWriter:
         if self._pending == 0 or self._parent is None:
             return self.tip
         tip = self._parent.hex()
-        self._batch.write(self._mirror.objects_dir, indexer=self._indexer)
+        self._mirror.add_pack(self._batch, indexer=self._indexer)
         crash_point("mirror.pack_written")
         try:
             self._mirror.set_ref_if_equals(

@@ -89,7 +89,7 @@ def write_metadata(
     body = serialise_commit(root, [bytes.fromhex(parent)] if parent else [], who, who, MESSAGE)
     commit = object_id(COMMIT, body)
     batch.add(COMMIT, body, commit)
-    batch.write(mirror.objects_dir)
+    mirror.add_pack(batch)
     mirror.set_ref_if_equals(mirror.METADATA_REF, commit.hex(), parent, message="memsync: metadata snapshot")
     return commit.hex()
 
