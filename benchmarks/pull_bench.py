@@ -14,7 +14,9 @@ One run prints:
   ``git fast-import`` fed the same commits (``git fast-export`` of the mirror), as the ratio of the
   medians of at least 3 alternated rounds, and a check that both end on the same commit id (target:
   ratio at most 1.0);
-- peak RSS of the import, and of one ``--scale`` times larger (target: within 20 %).
+- peak RSS of the import, and of one ``--scale`` times larger (target: within 20 %): memsync's own
+  process, and the largest of the git processes it ran (what ``/usr/bin/time`` reports for a process
+  tree is the larger of the two; both are printed).
 
     python benchmarks/pull_bench.py [--versions 10000] [--memories 1000] [--rounds 3] [--scale 10]
 """
@@ -25,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,8 +102,9 @@ def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, st
     return wall, out.decode()
 
 
-def run_pull(base_url: str, store_id: str, workdir: Path) -> tuple[float, float, dict[str, Any]]:
-    """A first import by `memsync pull` into a fresh root; wall time, peak RSS (MiB), its JSON entry."""
+def run_pull(base_url: str, store_id: str, workdir: Path) -> tuple[float, float, float, dict[str, Any]]:
+    """A first import by `memsync pull` into a fresh root; wall time, peak RSS of memsync and of the
+    largest git process it ran (MiB), its JSON entry."""
     root = Path(tempfile.mkdtemp(dir=workdir))
     config = root / "memsync.toml"
     config.write_text(
@@ -123,19 +127,44 @@ def run_pull(base_url: str, store_id: str, workdir: Path) -> tuple[float, float,
         "finally:\n"
         "    sys.stderr.write('PEAK %d\\n' % peak_kib())\n"
     )
+    git_log = root / "git-peaks.txt"
+    env = {**os.environ, "BENCH_TOKEN": TOKEN}
+    if GNU_TIME.exists():
+        env["PATH"] = f"{measured_git(workdir)}{os.pathsep}{env['PATH']}"
+        env["MEMSYNC_BENCH_GIT_LOG"] = str(git_log)
     started = time.perf_counter()
     child = subprocess.run(
-        [sys.executable, "-c", script, str(config)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "BENCH_TOKEN": TOKEN},
+        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, env=env
     )
     wall = time.perf_counter() - started
     peak = [line for line in child.stderr.splitlines() if line.startswith("PEAK ")]
     if child.returncode != 0 or not peak:
         raise RuntimeError(f"memsync pull failed: {child.stderr[-2000:]}")
     (entry,) = json.loads(child.stdout)["stores"]
-    return wall, int(peak[-1].split()[1]) / 1024, entry | {"repo": str(root / "m" / store_id)}
+    git_kib = (
+        [int(line) for line in git_log.read_text().split() if line.isdigit()] if git_log.exists() else []
+    )
+    git_peak = max(git_kib, default=0) / 1024 if GNU_TIME.exists() else math.nan
+    return wall, int(peak[-1].split()[1]) / 1024, git_peak, entry | {"repo": str(root / "m" / store_id)}
+
+
+GNU_TIME = Path("/usr/bin/time")
+
+
+def measured_git(workdir: Path) -> Path:
+    """A directory whose ``git`` runs the real one under GNU time, appending its peak RSS (KiB) to
+    the file named by ``MEMSYNC_BENCH_GIT_LOG``. getrusage(RUSAGE_CHILDREN) cannot say: a child
+    forked from memsync starts out with memsync's resident pages counted, and ru_maxrss keeps them
+    across exec."""
+    real = shutil.which("git")
+    if real is None:
+        raise RuntimeError("git is not on PATH")
+    directory = workdir / "measured-git"
+    directory.mkdir(exist_ok=True)
+    wrapper = directory / "git"
+    wrapper.write_text(f'#!/bin/sh\nexec {GNU_TIME} -a -o "$MEMSYNC_BENCH_GIT_LOG" -f %M {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return directory
 
 
 def run_bare(base_url: str, store_id: str, inflight: int) -> float:
@@ -247,11 +276,13 @@ def scenario(workdir: Path, versions: int, memories: int, rounds: int, latency_m
         for label, url in targets:
             runs: dict[str, list[float]] = {"memsync": [], "bare-1": [], "bare-8": []}
             peaks: list[float] = []
+            git_peaks: list[float] = []
             entry: dict[str, Any] = {}
             for _ in range(rounds):  # alternated, so drift in the machine's load hits all alike
-                wall, peak, entry = run_pull(url, store_id, workdir)
+                wall, peak, git_peak, entry = run_pull(url, store_id, workdir)
                 runs["memsync"].append(wall)
                 peaks.append(peak)
+                git_peaks.append(git_peak)
                 runs["bare-1"].append(run_bare(url, store_id, 1))
                 runs["bare-8"].append(run_bare(url, store_id, 8))
             medians = {name: statistics.median(values) for name, values in runs.items()}
@@ -264,6 +295,7 @@ def scenario(workdir: Path, versions: int, memories: int, rounds: int, latency_m
                 "requests": entry["requests"],
                 "requests_minimum": minimum,
                 "peak_rss_mib": max(peaks),
+                "git_peak_rss_mib": max(git_peaks),
                 "imported": entry["imported"],
             }
             results["repo"] = entry["repo"]
@@ -308,7 +340,7 @@ def main() -> None:
             f"bare one-at-a-time {m['bare-1']:.2f} s, bare 8-in-flight {m['bare-8']:.2f} s, "
             f"ratio to the faster {r['ratio_to_faster_bare']:.2f}; "
             f"requests {r['requests']} (minimum {r['requests_minimum']});"
-            f" peak RSS {r['peak_rss_mib']:.0f} MiB"
+            f" peak RSS {r['peak_rss_mib']:.0f} MiB (git processes: {r['git_peak_rss_mib']:.0f} MiB)"
         )
     print(
         f"git writing: HistoryWriter {writing['writer_s']:.2f} s"
@@ -317,12 +349,13 @@ def main() -> None:
         f" fast-import {writing['same_tip_fast_import']}"
     )
     if large is not None:
-        small_peak = main_run["loopback"]["peak_rss_mib"]
-        big = large["loopback"]
+        small, big = main_run["loopback"], large["loopback"]
+        growth = (big["peak_rss_mib"] / small["peak_rss_mib"] - 1) * 100
         print(
             f"x{args.scale}: {large['versions']} versions in {big['median_s']['memsync']:.1f} s "
             f"({big['versions_per_s']:.0f} versions/s), peak RSS {big['peak_rss_mib']:.0f} MiB vs "
-            f"{small_peak:.0f} MiB ({(big['peak_rss_mib'] / small_peak - 1) * 100:+.0f} %)"
+            f"{small['peak_rss_mib']:.0f} MiB ({growth:+.0f} %); "
+            f"git processes {big['git_peak_rss_mib']:.0f} MiB vs {small['git_peak_rss_mib']:.0f} MiB"
         )
 
 
