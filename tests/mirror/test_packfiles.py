@@ -244,3 +244,19 @@ def test_which_packs_are_merged_follows_the_geometric_rule(
     counts: tuple[int, ...], merged: list[int]
 ) -> None:
     assert [pack.objects for pack in packs_to_merge(sized(*counts))] == merged
+
+
+def test_a_pack_gone_midway_is_a_clear_error_and_nothing_else_changes(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    with_history(mirror, versions=12, batch=4)
+    sources = packs(mirror)
+    sources[1].pack.unlink()  # as if a git gc run by hand took it away meanwhile
+    with pytest.raises(MirrorError, match=r"merging the packs of .*nothing was lost"):
+        merge_packs(sources, mirror.state_dir / "pack-merge")
+    left = sorted(path.name for path in (mirror.objects_dir / "pack").iterdir())
+    assert left == sorted(
+        name
+        for source in sources
+        for name in (source.pack.name, source.index.name)
+        if name != sources[1].pack.name
+    )

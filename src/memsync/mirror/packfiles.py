@@ -44,7 +44,8 @@ GEOMETRIC_FACTOR = 2
 
 @dataclass(frozen=True, slots=True)
 class PackFile:
-    """A pack and what its index says: ``objects`` (the count) and where the tables are."""
+    """A pack and its index's header: the object count, the fanout table (cumulative counts by
+    first byte of the id) and how many entries the index's 64-bit offset table holds."""
 
     pack: Path
     objects: int
@@ -138,6 +139,25 @@ def merge_packs(sources: Sequence[PackFile], journal: Path, *, large_from: int =
     tag = f"{os.getpid()}_{id(sources)}"
     tmp_pack = directory / f"tmp_pack_memsync_{tag}"
     tmp_idx = directory / f"tmp_idx_memsync_{tag}"
+    try:
+        return _merge(sources, journal, directory, tmp_pack, tmp_idx, large_from)
+    except OSError as exc:  # a pack gone or unreadable midway (a git gc run by hand at that moment)
+        raise MirrorError(
+            f"merging the packs of {directory}: {exc}; nothing was lost, run memsync again"
+        ) from exc
+    finally:
+        tmp_pack.unlink(missing_ok=True)
+        tmp_idx.unlink(missing_ok=True)
+
+
+def _merge(
+    sources: Sequence[PackFile],
+    journal: Path,
+    directory: Path,
+    tmp_pack: Path,
+    tmp_idx: Path,
+    large_from: int,
+) -> Path:
     bases = []
     position = _HEADER
     for source in sources:
@@ -157,8 +177,6 @@ def merge_packs(sources: Sequence[PackFile], journal: Path, *, large_from: int =
             os.replace(tmp_idx, final.with_suffix(".idx"))
     finally:
         index.close()
-        tmp_pack.unlink(missing_ok=True)
-        tmp_idx.unlink(missing_ok=True)
     crash_point("mirror.merged_pack_written")
     finish_merge(journal, directory)
     return final
@@ -175,9 +193,10 @@ def _write_index_tables(sources: Sequence[PackFile], bases: list[int], out: _Has
     """
     fanout = [sum(source.fanout[byte] for source in sources) for byte in range(256)]
     out.write(_IDX_SIGNATURE + struct.pack(">I256I", 2, *fanout))
-    handles = [os.open(source.index, os.O_RDONLY) for source in sources]
+    handles: list[int] = []
     large: list[int] = []  # offsets past large_from: none below 2 GiB of packs
     try:
+        handles.extend(os.open(source.index, os.O_RDONLY) for source in sources)
         with tempfile.TemporaryFile() as crcs, tempfile.TemporaryFile() as offsets:
             for byte in range(256):
                 bucket: list[tuple[bytes, int, int]] = []
