@@ -519,7 +519,7 @@ class Mirror:
         so 10,000 files over the 51 packs of a 100,000-version import touched every page of every
         index (12.9 MiB of the import's peak, issue 6). From one pack of just those objects it
         reads one small index. The copies go after the block; a kill inside it leaves them, as
-        duplicates that change nothing, until the next consolidation.
+        duplicates that change nothing, until a consolidation (git repack's: they share objects).
         """
         listing = "".join(f"{object_id}\n" for object_id in object_ids)
         # --window=0: no delta search, the copies are read once. git writes the index last.
