@@ -19,6 +19,8 @@ from memsync.mirror import Mirror
 from memsync.mirror.packfiles import (
     PackFile,
     SharedObjects,
+    checkout_objects,
+    copy_objects,
     finish_merge,
     merge_packs,
     packs_to_merge,
@@ -260,3 +262,68 @@ def test_a_pack_gone_midway_is_a_clear_error_and_nothing_else_changes(new_mirror
         for name in (source.pack.name, source.index.name)
         if name != sources[1].pack.name
     )
+
+
+# --- reading packs without maps: the objects a large checkout reads ---------------------------------
+
+
+def test_objects_are_copied_whole_from_every_kind_of_pack(new_mirror: NewMirror, tmp_path: Path) -> None:
+    mirror = new_mirror()
+    with_history(mirror, versions=30, batch=7)  # offset deltas, newest whole
+    with_git_pack(mirror)  # reference deltas
+    first = packs(mirror)[0]
+    first.index.chmod(0o644)
+    subprocess.run(  # one index with 64-bit offsets
+        ["git", "index-pack", "--index-version=2,100", "-o", str(first.index), str(first.pack)],
+        check=True,
+        capture_output=True,
+    )
+    everything = {line.split()[0] for line in all_objects(mirror)}
+
+    copied = copy_objects(mirror.objects_dir / "pack", everything)
+
+    # git checks every object against its id; all are there, none of them a delta.
+    listing = git(mirror.path, "verify-pack", "-v", str(copied.with_suffix(".idx")))
+    assert {line.split()[0] for line in listing.splitlines() if len(line.split()) == 5} == everything
+    assert "chain length" not in listing
+    assert pack_objects_of(mirror, copied) == everything
+    fsck(mirror.path)
+
+
+def pack_objects_of(mirror: Mirror, pack: Path) -> set[str]:
+    listing = git(mirror.path, "show-index", input=pack.with_suffix(".idx").read_bytes())
+    return {line.split()[1] for line in listing.splitlines()}
+
+
+def test_gathering_an_object_no_pack_has_is_an_error_that_writes_nothing(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    with_history(mirror, versions=6, batch=3)
+    before = sorted(path.name for path in (mirror.objects_dir / "pack").iterdir())
+    with pytest.raises(MirrorError, match=r"1 objects to gather are in no pack.*git fsck"):
+        copy_objects(mirror.objects_dir / "pack", ["ab" * 20])
+    assert sorted(path.name for path in (mirror.objects_dir / "pack").iterdir()) == before
+
+
+def test_what_a_checkout_reads_is_what_git_diff_tree_lists(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    with_history(mirror, versions=12, batch=5)
+    middle = mirror.tip()
+    assert middle is not None
+    with mirror.history_writer(batch_commits=5) as writer:
+        writer.add(record(50, "mem_9", "created", "new/deeper/file.md", b"new\n"))
+        writer.add(record(51, "mem_1", "updated", "d1/note.md", b"changed\n"))
+        writer.add(record(52, "mem_2", "deleted", "d2/note.md", None))
+    tip = mirror.tip()
+    assert tip is not None
+    pack_dir = mirror.objects_dir / "pack"
+
+    for head in (None, middle):
+        base = head or "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+        changes = git(mirror.path, "diff-tree", "-r", "-t", "--no-renames", base, tip).splitlines()
+        expected = {line.split()[3] for line in changes if line.split()[4] != "D"}
+        files = sum(1 for line in changes if line.split()[4] != "D" and line.split()[1] != "040000")
+        wanted, counted = checkout_objects(pack_dir, tip, head)
+        root = git(mirror.path, "rev-parse", f"{tip}^{{tree}}").strip()
+        assert sorted(wanted) == sorted(expected | {root})
+        assert counted == files
+    assert counted == 2  # the new file and the changed one

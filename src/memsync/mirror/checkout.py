@@ -20,18 +20,16 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitbinary import run_git
+from memsync.mirror.packfiles import checkout_objects
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-_DIRECTORY = "040000"
-_GITLINK = "160000"
 
 # A checkout that writes at least this many files first gathers what it reads into one pack. A
 # 1,000-file first import (11 packs) kept 1.4 MiB of indexes mapped, 10,000 files (51 packs) 12.9;
-# a few dozen files touch a few pages, and the two git processes (10-20 ms) would cost more.
+# a few dozen files touch a few pages, and listing and copying (~10 ms) would cost more.
 GATHER_FROM_FILES = 256
 
 
@@ -142,32 +140,17 @@ def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
 
 
 def _gathered_for_checkout(
-    mirror: Mirror, head: str | None, tip: str, root: str
+    mirror: Mirror, head: str | None, tip: str
 ) -> contextlib.AbstractContextManager[None]:
     """For a large checkout, what it reads gathered into one pack (:meth:`Mirror.gathered`).
 
     What it reads: the tip's root tree, and every tree and file that differs from ``main`` (a first
-    checkout: all of them), listed by ``git diff-tree`` rather than by libgit2, whose lookups are
-    the very cost this avoids.
+    checkout: all of them), listed by reading the packs directly (:func:`checkout_objects`) rather
+    than through libgit2, whose lookups are the very cost this avoids.
     """
     if mirror.pack_count() < 2:
         return contextlib.nullcontext()
-    listing = run_git(
-        mirror.path,
-        ["diff-tree", "-r", "-t", "-z", "--no-renames", head or _EMPTY_TREE, tip],
-        action="listing what the checkout writes",
-    )
-    wanted = [root]
-    files = 0
-    # -z: ":<old mode> <new mode> <old id> <new id> <status>\0<path>\0" per change.
-    for change in listing.split("\0")[0::2]:
-        if not change.startswith(":"):
-            continue
-        _, mode, _, object_id, status = change[1:].split(" ")
-        if status == "D" or mode == _GITLINK:
-            continue
-        wanted.append(object_id)
-        files += mode != _DIRECTORY
+    wanted, files = checkout_objects(mirror.objects_dir / "pack", tip, head)
     return mirror.gathered(wanted) if files >= GATHER_FROM_FILES else contextlib.nullcontext()
 
 
@@ -198,7 +181,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         target = repo[tip].peel(pygit2.Tree)
         conflicts = _Conflicts()
         try:
-            with _gathered_for_checkout(mirror, head, tip, str(target.id)):
+            with _gathered_for_checkout(mirror, head, tip):
                 repo.checkout_tree(
                     target,
                     strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,

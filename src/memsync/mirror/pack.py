@@ -28,7 +28,7 @@ import os
 import struct
 import subprocess
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -419,38 +419,49 @@ class PackBatch:
 
 
 def _index_bytes(objects: _Packed, pack_sum: bytes) -> bytes:
-    oids, offsets, records = objects.oids, objects.offsets, objects.records
-    order = sorted(range(len(oids)), key=oids.__getitem__)
+    crc32 = zlib.crc32
+    return index_v2(
+        sorted(zip(objects.oids, map(crc32, objects.records), objects.offsets, strict=True)), pack_sum
+    )
+
+
+def index_v2(entries: Sequence[tuple[bytes, int, int]], pack_sum: bytes) -> bytes:
+    """A version 2 pack index: ``entries`` are (object id, CRC-32 of its record, offset), by id."""
     fanout = [0] * 256
-    for i in order:
-        fanout[oids[i][0]] += 1
+    for oid, _, _ in entries:
+        fanout[oid[0]] += 1
     running = 0
     for byte in range(256):
         running += fanout[byte]
         fanout[byte] = running
     small: list[int] = []
     large: list[int] = []
-    for i in order:
-        if offsets[i] < 0x80000000:
-            small.append(offsets[i])
+    for _, _, offset in entries:
+        if offset < 0x80000000:
+            small.append(offset)
         else:
             small.append(0x80000000 | len(large))
-            large.append(offsets[i])
-    count = len(order)
-    crc32 = zlib.crc32
+            large.append(offset)
+    count = len(entries)
     body = b"".join(
         [
             _IDX_SIGNATURE,
             struct.pack(">I", 2),
             struct.pack(">256I", *fanout),
-            b"".join([oids[i] for i in order]),
-            struct.pack(f">{count}I", *[crc32(records[i]) for i in order]),
+            b"".join([entry[0] for entry in entries]),
+            struct.pack(f">{count}I", *[entry[1] for entry in entries]),
             struct.pack(f">{count}I", *small),
             struct.pack(f">{len(large)}Q", *large),
             pack_sum,
         ]
     )
     return body + hashlib.sha1(body, usedforsecurity=False).digest()
+
+
+def whole_records(level: int = 1) -> Callable[[int, bytes], bytes]:
+    """A function from (type code, payload) to the pack record of a whole object at ``level``."""
+    compress = _compressor(level)
+    return lambda type_code, payload: _type_and_size(type_code, len(payload)) + compress(payload)
 
 
 def _index_with_git(pack: Path) -> None:

@@ -20,17 +20,21 @@ up to them: every object is copied O(log n) times over the mirror's life.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
 import struct
 import tempfile
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
+from memsync.mirror.objects import COMMIT, object_id
+from memsync.mirror.pack import index_v2, whole_records
 
 _PACK_SIGNATURE = b"PACK"
 _IDX_SIGNATURE = b"\377tOc"
@@ -62,21 +66,7 @@ def read_pack_file(pack: Path) -> PackFile | None:
     other than version 2 with SHA-1 names, or one whose size does not add up)."""
     if pack.with_suffix(".keep").exists() or pack.with_suffix(".promisor").exists():
         return None
-    index = pack.with_suffix(".idx")
-    try:
-        with open(index, "rb") as handle:
-            header = handle.read(_FANOUT)
-            size = os.fstat(handle.fileno()).st_size
-    except OSError:
-        return None
-    if len(header) != _FANOUT or header[:4] != _IDX_SIGNATURE or header[4:8] != b"\0\0\0\2":
-        return None
-    fanout = struct.unpack(">256I", header[8:])
-    objects = fanout[-1]
-    extra = size - (_FANOUT + objects * 28 + 2 * _TRAILER)
-    if extra < 0 or extra % 8:
-        return None
-    return PackFile(pack, objects, fanout, extra // 8)
+    return _index_header(pack)
 
 
 def packs_to_merge(packs: Sequence[PackFile], factor: int = GEOMETRIC_FACTOR) -> list[PackFile]:
@@ -312,3 +302,291 @@ def delete_pack(pack: Path) -> None:
     """Delete a pack and the files beside it, the index first: a reader finds objects through it."""
     for suffix in (".idx", ".pack", ".rev", ".bitmap"):
         pack.with_suffix(suffix).unlink(missing_ok=True)
+
+
+# --- reading objects with plain reads: what a large checkout reads, gathered into one pack ----------
+
+_OFS_DELTA = 6
+_REF_DELTA = 7
+_TREE_MODE = b"40000"
+_GITLINK_MODE = b"160000"
+
+
+class PackReader:
+    """The objects of a directory's packs, found and read with ``pread``, never mapped.
+
+    libgit2 (and git) map every index they search and keep it mapped; a lookup here binary-searches
+    a slice of the index read into a buffer, so what it touches stays in the page cache and out of
+    the process. For the few readers that look up thousands of objects across every pack.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        found = (_index_header(pack) for pack in sorted(directory.glob("pack-*.pack")))
+        self._packs = [pack for pack in found if pack is not None]
+        self._files: dict[int, tuple[int, int]] = {}  # pack number → (index fd, pack fd)
+
+    def __enter__(self) -> PackReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for index_fd, pack_fd in self._files.values():
+            os.close(index_fd)
+            os.close(pack_fd)
+        self._files.clear()
+
+    def _open(self, number: int) -> tuple[int, int]:
+        if number not in self._files:
+            pack = self._packs[number]
+            index_fd = os.open(pack.index, os.O_RDONLY)
+            try:
+                self._files[number] = (index_fd, os.open(pack.pack, os.O_RDONLY))
+            except OSError:
+                os.close(index_fd)
+                raise
+        return self._files[number]
+
+    def locate(self, wanted: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
+        """``{object id: (pack number, offset)}`` for the wanted raw ids found (the first pack wins)."""
+        by_byte: dict[int, list[bytes]] = {}
+        for oid in sorted(set(wanted)):
+            by_byte.setdefault(oid[0], []).append(oid)
+        found: dict[bytes, tuple[int, int]] = {}
+        for number, pack in enumerate(self._packs):
+            if not by_byte:
+                break
+            index_fd = self._open(number)[0]
+            for byte, oids in list(by_byte.items()):
+                start = pack.fanout[byte - 1] if byte else 0
+                n = pack.fanout[byte] - start
+                if n == 0:
+                    continue
+                block = os.pread(index_fd, 20 * n, _FANOUT + 20 * start)
+                ids = [block[i : i + 20] for i in range(0, len(block), 20)]
+                left = []
+                for oid in oids:
+                    i = bisect.bisect_left(ids, oid)
+                    if i < len(ids) and ids[i] == oid:
+                        found[oid] = (number, self._offset(pack, index_fd, start + i))
+                    else:
+                        left.append(oid)
+                if left:
+                    by_byte[byte] = left
+                else:
+                    del by_byte[byte]
+        return found
+
+    def _offset(self, pack: PackFile, index_fd: int, position: int) -> int:
+        offsets_at = _FANOUT + 24 * pack.objects
+        (offset,) = struct.unpack(">I", os.pread(index_fd, 4, offsets_at + 4 * position))
+        if offset & _LARGE:
+            at = offsets_at + 4 * pack.objects + 8 * (offset & ~_LARGE)
+            (offset,) = struct.unpack(">Q", os.pread(index_fd, 8, at))
+        return offset
+
+    def read(self, number: int, offset: int) -> tuple[int, bytes]:
+        """``(type code, content)`` of the object at ``offset`` in pack ``number``, deltas applied."""
+        pack_fd = self._open(number)[1]
+        head = os.pread(pack_fd, 32, offset)
+        byte = head[0]
+        kind, size, shift, i = (byte >> 4) & 7, byte & 15, 4, 1
+        while byte & 0x80:
+            byte = head[i]
+            size |= (byte & 0x7F) << shift
+            shift, i = shift + 7, i + 1
+        if kind == _OFS_DELTA:
+            byte = head[i]
+            distance, i = byte & 0x7F, i + 1
+            while byte & 0x80:
+                byte = head[i]
+                distance, i = ((distance + 1) << 7) | (byte & 0x7F), i + 1
+            base_kind, base = self.read(number, offset - distance)
+            return base_kind, _apply_delta(base, _inflate(pack_fd, offset + i, size))
+        if kind == _REF_DELTA:
+            base_id = head[i : i + 20]
+            where = self.locate([base_id]).get(base_id)
+            if where is None:
+                raise MirrorError(f"delta base {base_id.hex()} is in no pack; run git fsck in the mirror")
+            base_kind, base = self.read(*where)
+            return base_kind, _apply_delta(base, _inflate(pack_fd, offset + i + 20, size))
+        if not COMMIT <= kind <= 4:
+            raise MirrorError(f"object type {kind} at offset {offset} of {self._packs[number].pack.name}")
+        return kind, _inflate(pack_fd, offset + i, size)
+
+    def object(self, object_id: bytes) -> tuple[int, bytes]:
+        where = self.locate([object_id]).get(object_id)
+        if where is None:
+            raise MirrorError(f"object {object_id.hex()} is in no pack; run git fsck in the mirror")
+        return self.read(*where)
+
+
+def _index_header(pack: Path) -> PackFile | None:
+    try:
+        with open(pack.with_suffix(".idx"), "rb") as handle:
+            header = handle.read(_FANOUT)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError:
+        return None
+    if len(header) != _FANOUT or header[:4] != _IDX_SIGNATURE or header[4:8] != b"\0\0\0\2":
+        return None
+    fanout = struct.unpack(">256I", header[8:])
+    objects = fanout[-1]
+    extra = size - (_FANOUT + objects * 28 + 2 * _TRAILER)
+    if extra < 0 or extra % 8:
+        return None
+    return PackFile(pack, objects, fanout, extra // 8)
+
+
+def _inflate(fd: int, at: int, size: int) -> bytes:
+    stream = zlib.decompressobj()
+    parts = []
+    want = size + (size >> 10) + 64  # zlib's worst case for the size, so one read usually does
+    while not stream.eof:
+        chunk = os.pread(fd, want, at)
+        if not chunk:
+            raise MirrorError("a pack ends inside an object; run git fsck in the mirror")
+        at += len(chunk)
+        parts.append(stream.decompress(chunk))
+        want = _COPY
+    data = b"".join(parts)
+    if len(data) != size:
+        raise MirrorError(f"a packed object inflates to {len(data)} bytes, not {size}; run git fsck")
+    return data
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        value |= (byte & 0x7F) << shift
+        position, shift = position + 1, shift + 7
+        if not byte & 0x80:
+            return value, position
+
+
+def _apply_delta(base: bytes, delta: bytes) -> bytes:
+    """git's delta format: the source and result sizes, then copy-from-base and insert opcodes."""
+    source_size, position = _varint(delta, 0)
+    result_size, position = _varint(delta, position)
+    if source_size != len(base):
+        raise MirrorError("a delta does not fit its base; run git fsck in the mirror")
+    out = bytearray()
+    end = len(delta)
+    while position < end:
+        opcode = delta[position]
+        position += 1
+        if opcode & 0x80:
+            offset = size = 0
+            for bit in range(4):
+                if opcode & (1 << bit):
+                    offset |= delta[position] << (8 * bit)
+                    position += 1
+            for bit in range(3):
+                if opcode & (0x10 << bit):
+                    size |= delta[position] << (8 * bit)
+                    position += 1
+            out += base[offset : offset + (size or 0x10000)]
+        elif opcode:
+            out += delta[position : position + opcode]
+            position += opcode
+        else:
+            raise MirrorError("a delta holds the reserved opcode 0; run git fsck in the mirror")
+    if len(out) != result_size:
+        raise MirrorError("a delta does not make the size it promises; run git fsck in the mirror")
+    return bytes(out)
+
+
+def _tree_entries(body: bytes) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """``(mode, name, raw id)`` of a tree object's entries."""
+    position = 0
+    while position < len(body):
+        space = body.index(b" ", position)
+        nul = body.index(b"\0", space)
+        yield body[position:space], body[space + 1 : nul], body[nul + 1 : nul + 21]
+        position = nul + 21
+
+
+def checkout_objects(directory: Path, tip: str, head: str | None) -> tuple[list[str], int]:
+    """What a checkout from ``head`` (None: nothing yet) to ``tip`` reads: the root tree and every
+    tree and file that differs, as hex ids, and how many of them are files."""
+    with PackReader(directory) as reader:
+        roots: list[bytes | None] = []
+        for commit in (tip, head):
+            if commit is None:
+                roots.append(None)
+                continue
+            kind, body = reader.object(bytes.fromhex(commit))
+            if kind != COMMIT or not body.startswith(b"tree "):
+                raise MirrorError(f"{commit} is not a commit; run git fsck in the mirror")
+            roots.append(bytes.fromhex(body[5:45].decode("ascii")))
+        root, base = roots
+        assert root is not None
+        wanted, files = [root.hex()], 0
+        pending: list[tuple[bytes, bytes | None]] = [(root, base)]
+        while pending:
+            tree, base_tree = pending.pop()
+            before = {}
+            if base_tree is not None:
+                before = {name: (mode, oid) for mode, name, oid in _tree_entries(reader.object(base_tree)[1])}
+            for mode, name, oid in _tree_entries(reader.object(tree)[1]):
+                old_mode, old_oid = before.get(name, (None, None))
+                if oid == old_oid or mode == _GITLINK_MODE:
+                    continue
+                wanted.append(oid.hex())
+                if mode == _TREE_MODE:
+                    pending.append((oid, old_oid if old_mode == _TREE_MODE else None))
+                else:
+                    files += 1
+        return wanted, files
+
+
+def copy_objects(directory: Path, object_ids: Iterable[str]) -> Path:
+    """Copy these objects, whole, into one new pack in ``directory``; its ``.pack``.
+
+    Read with :class:`PackReader`, so gathering the 10,080 objects of a 100,000-version import's
+    checkout maps no index in this process and runs no git process that would. Each object is
+    checked against its id before it is written; pack and index are fsynced and renamed into place,
+    the index last, so a crash never leaves a readable index over a short pack.
+    """
+    wanted = {bytes.fromhex(object_id) for object_id in object_ids}
+    tag = f"{os.getpid()}_{id(wanted)}"
+    tmp_pack = directory / f"tmp_pack_memsync_{tag}"
+    tmp_idx = directory / f"tmp_idx_memsync_{tag}"
+    record = whole_records()
+    try:
+        with PackReader(directory) as reader:
+            where = reader.locate(wanted)
+            missing = wanted - where.keys()
+            if missing:
+                raise MirrorError(
+                    f"{len(missing)} objects to gather are in no pack (one: {min(missing).hex()}); "
+                    "run git fsck in the mirror"
+                )
+            out = _Hashed(tmp_pack)
+            entries = []
+            try:
+                out.write(_PACK_SIGNATURE + struct.pack(">II", 2, len(where)))
+                position = _HEADER
+                for oid, (number, offset) in sorted(where.items(), key=lambda item: item[1]):
+                    kind, data = reader.read(number, offset)
+                    if object_id(kind, data) != oid:
+                        raise MirrorError(f"object {oid.hex()} does not hash to its id; run git fsck")
+                    packed = record(kind, data)
+                    entries.append((oid, zlib.crc32(packed), position))
+                    out.write(packed)
+                    position += len(packed)
+                pack_sum = out.finish()
+            finally:
+                out.close()
+        with open(tmp_idx, "wb") as index:
+            index.write(index_v2(sorted(entries), pack_sum))
+            index.flush()
+            os.fsync(index.fileno())
+        final = directory / f"pack-{pack_sum.hex()}.pack"
+        os.replace(tmp_pack, final)
+        os.replace(tmp_idx, final.with_suffix(".idx"))
+        return final
+    except OSError as exc:
+        raise MirrorError(f"gathering objects into one pack in {directory}: {exc}") from exc
+    finally:
+        tmp_pack.unlink(missing_ok=True)
+        tmp_idx.unlink(missing_ok=True)

@@ -46,6 +46,7 @@ from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.pack import PackBatch
 from memsync.mirror.packfiles import (
     SharedObjects,
+    copy_objects,
     delete_pack,
     finish_merge,
     merge_packs,
@@ -67,7 +68,7 @@ MAPPED_WINDOW_SIZE = 1 << 20
 if pygit2.settings.mwindow_mapped_limit > MAPPED_PACK_LIMIT:
     pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_LIMIT
     pygit2.settings.mwindow_size = MAPPED_WINDOW_SIZE
-# The same cap for the git processes that read many objects (gathering a checkout's objects from a
+# The same cap for git repack (gathering a checkout's objects with git pack-objects from a
 # 100,000-version mirror peaked at 62 MiB without it, 36 MiB with it).
 _GIT_MAPPED_PACKS = (
     "-c",
@@ -518,30 +519,18 @@ class Mirror:
         reads every file of the tip: libgit2 searches the pack of its last hit, then every pack,
         so 10,000 files over the 51 packs of a 100,000-version import touched every page of every
         index (12.9 MiB of the import's peak, issue 6). From one pack of just those objects it
-        reads one small index. The copies go after the block; a kill inside it leaves them, as
-        duplicates that change nothing, until a consolidation (git repack's: they share objects).
+        reads one small index. The copy is made with plain reads (:func:`copy_objects`): `git
+        pack-objects` did it in a process that mapped those same indexes (30 MiB at 100,000
+        versions). The copies go after the block; a kill inside it leaves them, as duplicates
+        that change nothing, until a consolidation (git repack's: they share objects).
         """
-        listing = "".join(f"{object_id}\n" for object_id in object_ids)
-        # --window=0: no delta search, the copies are read once. git writes the index last.
-        name = run_git(
-            self.path,
-            [
-                *_GIT_MAPPED_PACKS,
-                "pack-objects",
-                "-q",
-                "--window=0",
-                "--delta-base-offset",
-                str(self.objects_dir / "pack" / "pack"),
-            ],
-            stdin=listing,
-            action="gathering the objects of the checkout into one pack",
-        ).strip()
+        pack = copy_objects(self.objects_dir / "pack", object_ids)
         self._repo.free()
         try:
             yield
         finally:
             self._repo.free()
-            delete_pack(self.objects_dir / "pack" / f"pack-{name}.pack")
+            delete_pack(pack)
 
     def consolidate_packs(self, limit: int = PACK_LIMIT) -> bool:
         """Merge packs (:mod:`memsync.mirror.packfiles`) when more than ``limit`` piled up; True if
