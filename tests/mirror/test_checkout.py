@@ -312,3 +312,62 @@ def test_a_small_checkout_gathers_nothing(new_mirror: NewMirror, monkeypatch: py
     assert gathered == [16]
     assert mirror.ref_target(mirror.MAIN_REF) == tip
     assert porcelain(mirror) == ""
+
+
+def test_a_tip_with_loose_objects_is_checked_out_without_gathering(
+    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libgit2 writes loose objects (a commit made on main, a push's blobs). The gathering reads packs
+    # only: when what the checkout needs is not all there, it steps aside and libgit2 reads as ever.
+    monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 1)
+    mirror = new_mirror()
+    with mirror.history_writer(batch_commits=3) as writer:
+        for item in many_files(6):
+            writer.add(item)
+    packed_tip = mirror.tip()
+    assert packed_tip is not None
+    repo = pygit2.Repository(str(mirror.path))
+    builder = repo.TreeBuilder(repo[packed_tip].peel(pygit2.Tree))
+    builder.insert("loose.md", repo.create_blob(b"written by libgit2\n"), pygit2.GIT_FILEMODE_BLOB)
+    signature = pygit2.Signature("t", "t@example.com", 0, 0)
+    loose_tip = str(repo.create_commit(None, signature, signature, "loose\n", builder.write(), [packed_tip]))
+    repo.free()
+    mirror.set_ref_if_equals(mirror.MEMSTORE_REF, loose_tip, packed_tip)
+
+    assert mirror.update_checkout().updated
+    assert (mirror.path / "loose.md").read_bytes() == b"written by libgit2\n"
+    assert len(on_disk(mirror.path)) == 7
+    assert porcelain(mirror) == ""
+
+
+def test_a_loose_file_under_packed_trees_is_checked_out_without_gathering(
+    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 1)
+    mirror = new_mirror()
+    with mirror.history_writer(batch_commits=3) as writer:
+        for item in many_files(6):
+            writer.add(item)
+    packed_tip = mirror.tip()
+    assert packed_tip is not None
+    repo = pygit2.Repository(str(mirror.path))
+    builder = repo.TreeBuilder(repo[packed_tip].peel(pygit2.Tree))
+    builder.insert("loose.md", repo.create_blob(b"only loose\n"), pygit2.GIT_FILEMODE_BLOB)
+    tree = builder.write()
+    signature = pygit2.Signature("t", "t@example.com", 0, 0)
+    tip = str(repo.create_commit(None, signature, signature, "loose blob\n", tree, [packed_tip]))
+    repo.free()
+    # The commit and its tree go into a pack; the new file stays loose.
+    git(
+        mirror.path,
+        "pack-objects",
+        "-q",
+        str(mirror.objects_dir / "pack" / "pack"),
+        input=f"{tip}\n{tree}\n".encode(),
+    )
+    git(mirror.path, "prune-packed")
+    mirror.set_ref_if_equals(mirror.MEMSTORE_REF, tip, packed_tip)
+
+    assert mirror.update_checkout().updated
+    assert (mirror.path / "loose.md").read_bytes() == b"only loose\n"
+    assert porcelain(mirror) == ""

@@ -20,7 +20,7 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.packfiles import checkout_objects
+from memsync.mirror.packfiles import NotPacked, checkout_objects
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -150,7 +150,10 @@ def _gathered_for_checkout(
     """
     if mirror.pack_count() < 2:
         return contextlib.nullcontext()
-    wanted, files = checkout_objects(mirror.objects_dir / "pack", tip, head)
+    try:
+        wanted, files = checkout_objects(mirror.objects_dir / "pack", tip, head)
+    except NotPacked:
+        return contextlib.nullcontext()  # loose objects (a local commit on main): libgit2 reads them
     return mirror.gathered(wanted) if files >= GATHER_FROM_FILES else contextlib.nullcontext()
 
 

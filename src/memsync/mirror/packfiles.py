@@ -108,6 +108,10 @@ class _Hashed:
         self.file.close()
 
 
+class NotPacked(MirrorError):
+    """An object sought in the packs is not in any (it may be loose: libgit2 writes those)."""
+
+
 class SharedObjects(MirrorError):
     """The packs to merge hold an object in common: concatenated, it would be in the pack twice,
     which git verify-pack rejects. Nothing was written."""
@@ -405,7 +409,7 @@ class PackReader:
             base_id = head[i : i + 20]
             where = self.locate([base_id]).get(base_id)
             if where is None:
-                raise MirrorError(f"delta base {base_id.hex()} is in no pack; run git fsck in the mirror")
+                raise NotPacked(f"delta base {base_id.hex()} is in no pack; run git fsck in the mirror")
             base_kind, base = self.read(*where)
             return base_kind, _apply_delta(base, _inflate(pack_fd, offset + i + 20, size))
         if not COMMIT <= kind <= 4:
@@ -415,7 +419,7 @@ class PackReader:
     def object(self, object_id: bytes) -> tuple[int, bytes]:
         where = self.locate([object_id]).get(object_id)
         if where is None:
-            raise MirrorError(f"object {object_id.hex()} is in no pack; run git fsck in the mirror")
+            raise NotPacked(f"object {object_id.hex()} is in no pack")
         return self.read(*where)
 
 
@@ -557,7 +561,7 @@ def copy_objects(directory: Path, object_ids: Iterable[str]) -> Path:
             where = reader.locate(wanted)
             missing = wanted - where.keys()
             if missing:
-                raise MirrorError(
+                raise NotPacked(
                     f"{len(missing)} objects to gather are in no pack (one: {min(missing).hex()}); "
                     "run git fsck in the mirror"
                 )
