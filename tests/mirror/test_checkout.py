@@ -235,6 +235,17 @@ def many_files(count: int, start: int = 1) -> list[VersionRecord]:
     ]
 
 
+def batched(new_mirror: NewMirror, files: int) -> tuple[Mirror, str]:
+    """A mirror with ``files`` memories imported three to a pack, and its tip."""
+    mirror = new_mirror()
+    with mirror.history_writer(batch_commits=3) as writer:
+        for item in many_files(files):
+            writer.add(item)
+    tip = mirror.tip()
+    assert tip is not None
+    return mirror, tip
+
+
 @needs_proc_maps
 def test_batch_packs_leave_no_index_mapped_behind(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
@@ -253,12 +264,7 @@ def test_a_large_checkout_reads_one_pack_of_what_it_writes(
     new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 8)
-    mirror = new_mirror()
-    with mirror.history_writer(batch_commits=3) as writer:
-        for item in many_files(12):
-            writer.add(item)
-    tip = mirror.tip()
-    assert tip is not None
+    mirror, tip = batched(new_mirror, 12)
     backdate_packs(mirror)
     before = {path.name for path in (mirror.objects_dir / "pack").glob("*.idx")}
     assert len(before) == 4
@@ -288,10 +294,7 @@ def test_a_large_checkout_reads_one_pack_of_what_it_writes(
 
 def test_a_small_checkout_gathers_nothing(new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 8)
-    mirror = new_mirror()
-    with mirror.history_writer(batch_commits=3) as writer:
-        for item in many_files(12):
-            writer.add(item)
+    mirror, _ = batched(new_mirror, 12)
     gathered: list[int] = []
     real_gathered = Mirror.gathered
 
@@ -314,60 +317,29 @@ def test_a_small_checkout_gathers_nothing(new_mirror: NewMirror, monkeypatch: py
     assert porcelain(mirror) == ""
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["all-loose", "only-the-file-loose"])
 def test_a_tip_with_loose_objects_is_checked_out_without_gathering(
-    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
+    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch, packed: bool
 ) -> None:
     # libgit2 writes loose objects (a commit made on main, a push's blobs). The gathering reads packs
-    # only: when what the checkout needs is not all there, it steps aside and libgit2 reads as ever.
+    # only: when what the checkout needs is not all there (found by the listing, or only by the copy
+    # when the trees are packed and a file is not), it steps aside and libgit2 reads as ever.
     monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 1)
-    mirror = new_mirror()
-    with mirror.history_writer(batch_commits=3) as writer:
-        for item in many_files(6):
-            writer.add(item)
-    packed_tip = mirror.tip()
-    assert packed_tip is not None
+    mirror, packed_tip = batched(new_mirror, 6)
     repo = pygit2.Repository(str(mirror.path))
     builder = repo.TreeBuilder(repo[packed_tip].peel(pygit2.Tree))
     builder.insert("loose.md", repo.create_blob(b"written by libgit2\n"), pygit2.GIT_FILEMODE_BLOB)
+    tree = builder.write()
     signature = pygit2.Signature("t", "t@example.com", 0, 0)
-    loose_tip = str(repo.create_commit(None, signature, signature, "loose\n", builder.write(), [packed_tip]))
+    tip = str(repo.create_commit(None, signature, signature, "loose\n", tree, [packed_tip]))
     repo.free()
-    mirror.set_ref_if_equals(mirror.MEMSTORE_REF, loose_tip, packed_tip)
+    if packed:
+        base_name = str(mirror.objects_dir / "pack" / "pack")
+        git(mirror.path, "pack-objects", "-q", base_name, input=f"{tip}\n{tree}\n".encode())
+        git(mirror.path, "prune-packed")
+    mirror.set_ref_if_equals(mirror.MEMSTORE_REF, tip, packed_tip)
 
     assert mirror.update_checkout().updated
     assert (mirror.path / "loose.md").read_bytes() == b"written by libgit2\n"
     assert len(on_disk(mirror.path)) == 7
-    assert porcelain(mirror) == ""
-
-
-def test_a_loose_file_under_packed_trees_is_checked_out_without_gathering(
-    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(checkout, "GATHER_FROM_FILES", 1)
-    mirror = new_mirror()
-    with mirror.history_writer(batch_commits=3) as writer:
-        for item in many_files(6):
-            writer.add(item)
-    packed_tip = mirror.tip()
-    assert packed_tip is not None
-    repo = pygit2.Repository(str(mirror.path))
-    builder = repo.TreeBuilder(repo[packed_tip].peel(pygit2.Tree))
-    builder.insert("loose.md", repo.create_blob(b"only loose\n"), pygit2.GIT_FILEMODE_BLOB)
-    tree = builder.write()
-    signature = pygit2.Signature("t", "t@example.com", 0, 0)
-    tip = str(repo.create_commit(None, signature, signature, "loose blob\n", tree, [packed_tip]))
-    repo.free()
-    # The commit and its tree go into a pack; the new file stays loose.
-    git(
-        mirror.path,
-        "pack-objects",
-        "-q",
-        str(mirror.objects_dir / "pack" / "pack"),
-        input=f"{tip}\n{tree}\n".encode(),
-    )
-    git(mirror.path, "prune-packed")
-    mirror.set_ref_if_equals(mirror.MEMSTORE_REF, tip, packed_tip)
-
-    assert mirror.update_checkout().updated
-    assert (mirror.path / "loose.md").read_bytes() == b"only loose\n"
     assert porcelain(mirror) == ""
