@@ -79,13 +79,12 @@ def require_git() -> None:
 _NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
-def run_git(repo: Path, args: Sequence[str], *, action: str, stdin: str | None = None) -> str:
-    """Run ``git -C repo args`` (``stdin`` fed to it); its stdout, or :class:`MirrorError` naming
-    ``action`` and git's words. Bytes that are not UTF-8 (a path's) come back surrogate-escaped."""
+def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
+    """Run ``git -C repo args``; its stdout, or :class:`MirrorError` naming ``action`` and git's
+    words. Bytes that are not UTF-8 (a path's) come back surrogate-escaped instead of raising."""
     require_git()
     result = subprocess.run(
         ["git", *_NO_HOOKS, "-C", str(repo), *args],
-        input=stdin,
         capture_output=True,
         text=True,
         errors="surrogateescape",

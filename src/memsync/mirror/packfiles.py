@@ -1,4 +1,5 @@
-"""The mirror's pack files: which to consolidate, and merging them without reading an object.
+"""The mirror's pack files: which to consolidate, merging them without reading an object, and
+reading objects without mapping an index (for a large checkout, :class:`PackReader`).
 
 ``git repack`` re-reads every object and keeps an entry for each: consolidating the 520,000 objects
 of a 100,000-version mirror took it 3.8 s and 300 MiB (measured with /usr/bin/time; ``--geometric``
@@ -16,6 +17,11 @@ Which packs: git's geometric rule (``git repack --geometric=2``). Ordered by obj
 that do not each hold at least twice the objects of all smaller ones together are merged, so a few
 small packs are merged with each other and the large ones are left alone until the small ones add
 up to them: every object is copied O(log n) times over the mirror's life.
+
+Reading: libgit2 and git map every index they search and keep it mapped, so looking up a
+checkout's 10,000 files across 51 packs made 13 MiB of indexes resident (in memsync, or in the
+git process that did it for memsync). :class:`PackReader` binary-searches slices of the indexes
+read into buffers, which leaves them in the page cache and out of the process.
 """
 
 from __future__ import annotations
