@@ -29,7 +29,7 @@ _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 # A checkout that writes at least this many files first gathers what it reads into one pack. A
 # 1,000-file first import (11 packs) kept 1.4 MiB of indexes mapped, 10,000 files (51 packs) 12.9;
-# a few dozen files touch a few pages, and listing and copying (~10 ms) would cost more.
+# a few dozen files touch a few pages, and listing and copying them would cost more than it saves.
 GATHER_FROM_FILES = 256
 
 
