@@ -186,6 +186,12 @@ def _compressor(level: int) -> Callable[[bytes], bytes]:
     return _Deflater(level).stream
 
 
+def _zlib_stream(payload: bytes, compress: Callable[[bytes], bytes]) -> bytes:
+    """What a record holds after its header: a stored block under ``STORED_BELOW`` bytes (the module
+    note says why), else ``payload`` compressed."""
+    return _stored(payload) if len(payload) < STORED_BELOW else compress(payload)
+
+
 class _Deflater:
     """zlib streams of many small objects from one long-lived raw deflater.
 
@@ -363,7 +369,7 @@ class PackBatch:
         for item in reversed(self._items):
             payload = item.payload
             size = len(payload)
-            data = _stored(payload) if size < STORED_BELOW else compress(payload)
+            data = _zlib_stream(payload, compress)
             if item.base is None:
                 record = _type_and_size(item.type_code, size) + data
             else:
@@ -461,7 +467,11 @@ def index_v2(entries: Sequence[tuple[bytes, int, int]], pack_sum: bytes) -> byte
 def whole_records(level: int = 1) -> Callable[[int, bytes], bytes]:
     """A function from (type code, payload) to the pack record of a whole object at ``level``."""
     compress = _compressor(level)
-    return lambda type_code, payload: _type_and_size(type_code, len(payload)) + compress(payload)
+
+    def record(type_code: int, payload: bytes) -> bytes:
+        return _type_and_size(type_code, len(payload)) + _zlib_stream(payload, compress)
+
+    return record
 
 
 def _index_with_git(pack: Path) -> None:

@@ -66,6 +66,23 @@ class PackFile:
     def index(self) -> Path:
         return self.pack.with_suffix(".idx")
 
+    # Where the index's tables start: ids (20 bytes each) at _FANOUT, then CRCs (4), offsets (4), and
+    # the 64-bit offsets (8) of the entries whose 32-bit offset has the high bit set.
+    @property
+    def crcs_at(self) -> int:
+        return _FANOUT + 20 * self.objects
+
+    @property
+    def offsets_at(self) -> int:
+        return _FANOUT + 24 * self.objects
+
+    def full_offset(self, index_fd: int, offset: int) -> int:
+        """A 32-bit offset entry as the offset it stands for (read from the 64-bit table if need be)."""
+        if not offset & _LARGE:
+            return offset
+        at = _FANOUT + 28 * self.objects + 8 * (offset & ~_LARGE)
+        return int(struct.unpack(">Q", os.pread(index_fd, 8, at))[0])
+
 
 def read_pack_file(pack: Path) -> PackFile | None:
     """The pack's index header; None for a pack memsync leaves alone (kept, promised, an index
@@ -232,22 +249,16 @@ def _bucket(source: PackFile, fd: int, byte: int, base: int) -> list[tuple[bytes
     n = source.fanout[byte] - start
     if n == 0:
         return []
-    count = source.objects
-    crcs_at = _FANOUT + 20 * count
-    offsets_at = crcs_at + 4 * count
     oids = os.pread(fd, 20 * n, _FANOUT + 20 * start)
-    crcs = os.pread(fd, 4 * n, crcs_at + 4 * start)
-    offsets = os.pread(fd, 4 * n, offsets_at + 4 * start)
+    crcs = os.pread(fd, 4 * n, source.crcs_at + 4 * start)
+    offsets = os.pread(fd, 4 * n, source.offsets_at + 4 * start)
     if len(oids) != 20 * n or len(crcs) != 4 * n or len(offsets) != 4 * n:
         raise MirrorError(f"{source.index} is shorter than its header says; run git fsck in the mirror")
     shift = base - _HEADER
     entries = []
     pairs = zip(struct.unpack(f">{n}I", crcs), struct.unpack(f">{n}I", offsets), strict=True)
     for i, (crc, offset) in enumerate(pairs):
-        if offset & _LARGE:
-            at = offsets_at + 4 * count + 8 * (offset & ~_LARGE)
-            (offset,) = struct.unpack(">Q", os.pread(fd, 8, at))
-        entries.append((oids[20 * i : 20 * i + 20], crc, offset + shift))
+        entries.append((oids[20 * i : 20 * i + 20], crc, source.full_offset(fd, offset) + shift))
     return entries
 
 
@@ -376,7 +387,10 @@ class PackReader:
                 for oid in oids:
                     i = bisect.bisect_left(ids, oid)
                     if i < len(ids) and ids[i] == oid:
-                        found[oid] = (number, self._offset(pack, index_fd, start + i))
+                        (entry,) = struct.unpack(
+                            ">I", os.pread(index_fd, 4, pack.offsets_at + 4 * (start + i))
+                        )
+                        found[oid] = (number, pack.full_offset(index_fd, entry))
                     else:
                         left.append(oid)
                 if left:
@@ -384,14 +398,6 @@ class PackReader:
                 else:
                     del by_byte[byte]
         return found
-
-    def _offset(self, pack: PackFile, index_fd: int, position: int) -> int:
-        offsets_at = _FANOUT + 24 * pack.objects
-        (offset,) = struct.unpack(">I", os.pread(index_fd, 4, offsets_at + 4 * position))
-        if offset & _LARGE:
-            at = offsets_at + 4 * pack.objects + 8 * (offset & ~_LARGE)
-            (offset,) = struct.unpack(">Q", os.pread(index_fd, 8, at))
-        return offset
 
     def read(self, number: int, offset: int) -> tuple[int, bytes]:
         """``(type code, content)`` of the object at ``offset`` in pack ``number``, deltas applied."""
