@@ -50,9 +50,63 @@ def test_has_more_without_a_cursor_is_refused() -> None:
     transport, _ = serve([{"data": [], "has_more": True, "first_id": None, "last_id": None}])
     with (
         open_client(Dialect.FORWARD, "http://h", "t", transport=transport) as client,
-        pytest.raises(InvalidResponse, match="no 'last_id'"),
+        pytest.raises(InvalidResponse, match="neither a 'next_page' nor a 'last_id'"),
     ):
         list(client.iter_versions("memstore_1"))
+
+
+def test_cloud_follows_next_page_where_a_page_carries_one() -> None:
+    """The official Qoder SDK's paging: a ``page`` token from ``next_page``, filters kept, no ``after_id``."""
+    first = {**forward_page([forward_version("memver_2")], has_more=True), "next_page": "tok-2"}
+    second = {**forward_page([forward_version("memver_1")]), "next_page": None}
+    transport, seen = serve([first, second])
+    with open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client:
+        assert [v.id for v in client.iter_versions("memstore_1", memory_id="mem_1")] == ["memver_2", "memver_1"]
+    assert "page" not in seen[0].url.params
+    assert seen[1].url.params["page"] == "tok-2"
+    assert "after_id" not in seen[1].url.params
+    assert seen[1].url.params["memory_id"] == "mem_1"
+
+
+def test_cloud_pages_by_next_page_alone() -> None:
+    """A service that sends neither ``has_more`` nor ids: ``next_page`` alone says where the listing goes."""
+    first = {"data": [forward_version("memver_2")], "next_page": "tok-2"}
+    second = {"data": [forward_version("memver_1")], "next_page": None}
+    transport, seen = serve([first, second])
+    with open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client:
+        assert [v.id for v in client.iter_versions("memstore_1")] == ["memver_2", "memver_1"]
+    assert len(seen) == 2
+
+
+def test_cloud_without_next_page_follows_after_id() -> None:
+    first = forward_page([forward_version("memver_2")], has_more=True)
+    transport, seen = serve([first, forward_page([forward_version("memver_1")])])
+    with open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client:
+        assert [v.id for v in client.iter_versions("memstore_1")] == ["memver_2", "memver_1"]
+    assert seen[1].url.params["after_id"] == "memver_2"
+    assert "page" not in seen[1].url.params
+
+
+def test_a_next_page_that_does_not_advance_is_a_loop() -> None:
+    page = {**forward_page([forward_version("memver_2")], has_more=True), "next_page": "same"}
+    transport, seen = serve([page, {**page, "data": [forward_version("memver_1")]}])
+    with (
+        open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client,
+        pytest.raises(InvalidResponse, match="repeats the cursor page='same'"),
+    ):
+        list(client.iter_versions("memstore_1"))
+    assert len(seen) == 2
+
+
+def test_has_more_false_with_a_next_page_is_refused() -> None:
+    """Contradictory pages are refused rather than read as the end (a short listing looks like deletes)."""
+    page = {**forward_page([forward_version("memver_2")], has_more=False), "next_page": "tok"}
+    transport, _ = serve([page])
+    with (
+        open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client,
+        pytest.raises(InvalidResponse, match="'has_more': false and a 'next_page'"),
+    ):
+        list(client.list_memories("memstore_1"))
 
 
 def test_anthropic_repeated_next_page_is_a_loop() -> None:

@@ -38,7 +38,7 @@ from memsync.api._errors import (
     refine,
 )
 from memsync.api._fetch import Job, Pace, run_jobs
-from memsync.api._models import Memory, MemoryVersion, Page, Store, StoreStatus
+from memsync.api._models import Cursor, Memory, MemoryVersion, Page, Store, StoreStatus
 from memsync.api._pages import DEFAULT_MAX_PAGES, VersionListing, walk_pages
 from memsync.api._transport import (
     DEFAULT_MAX_BODY_BYTES,
@@ -294,7 +294,8 @@ class Client:
         """Replace a memory's content if it still hashes to ``expected_sha256`` (None: unconditionally).
 
         :class:`PreconditionFailed` when it does not. Cloud: read the memory, compare its hash, then
-        ``PUT`` with its integer ``version``, which the server checks, so no write slips in between.
+        ``PUT`` with its integer ``version``, which the server checks, so no write slips in between (a
+        memory answered without ``version`` is updated with ``POST`` and the hash just read instead).
         """
         check_content(content, self._dialect)
         if self._dialect is Dialect.CLOUD:
@@ -350,18 +351,19 @@ class Client:
     def delete_memory(self, store_id: str, memory_id: str, *, expected_sha256: str | None) -> None:
         """Delete a memory if its content still hashes to ``expected_sha256`` (None: unconditionally).
 
-        Anthropic checks the hash in the delete itself. Forward and Cloud have no precondition on delete:
-        the memory is read and its hash compared first. A write that lands between that read and the
-        delete is lost with the memory (its version stays in the history); the window is one round trip.
+        Anthropic and Cloud check the hash in the delete itself (``expected_content_sha256``), so no
+        write can slip in between. Forward has no precondition on delete: the memory is read and its
+        hash compared first, and a write that lands between that read and the delete is lost with the
+        memory (its version stays in the history); the window is one round trip.
         """
         params: dict[str, str] = {}
         if expected_sha256 is not None:
-            if self._dialect is Dialect.ANTHROPIC:
-                params["expected_content_sha256"] = expected_sha256
-            else:
+            if self._dialect is Dialect.FORWARD:
                 current = self.get_memory(store_id, memory_id)
                 if current.content_sha256 != expected_sha256:
                     raise _stale(memory_id, expected_sha256, current.content_sha256)
+            else:
+                params["expected_content_sha256"] = expected_sha256
         try:
             self._call("DELETE", self._wire.memories(store_id, memory_id), params=params)
         except NotFound as exc:
@@ -454,7 +456,7 @@ class Client:
         return self._http.request(method, path, params=params, json_body=json_body, headers=headers)
 
     def _pages(self, path: str, params: Mapping[str, str], parse: Any, size: int) -> Iterator[Page[Any]]:
-        def fetch(cursor: str | None) -> Page[Any]:
+        def fetch(cursor: Cursor | None) -> Page[Any]:
             answer = self._call("GET", path, params={**params, **self._wire.page_params(size, cursor)})
             return self._wire.page(answer.data, parse)
 
@@ -559,11 +561,13 @@ class Client:
             return current
         if expected is not None and current.content_sha256 != expected:
             raise _stale(memory_id, expected, current.content_sha256)
+        method, body = "PUT", {"content": content, "version": current.version}
         if current.version is None:
-            raise InvalidResponse(f"the Cloud API returned memory {memory_id} without its integer version")
-        body = {"content": content, "version": current.version}
+            # Services of the official SDK's generation answer without the integer version; they take
+            # the Forward-style update, with the hash just read as its precondition.
+            method, body = "POST", {"content": content, "content_sha256": current.content_sha256}
         try:
-            answer = self._call("PUT", self._wire.memories(store_id, memory_id), json_body=body)
+            answer = self._call(method, self._wire.memories(store_id, memory_id), json_body=body)
         except Conflict as exc:
             return self._settle_update(store_id, memory_id, content, current.content_sha256, exc)
         return _with_content(self._parse_memory(answer), content)

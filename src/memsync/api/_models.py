@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
@@ -144,8 +144,19 @@ class MemoryVersion(_Model):
 T = TypeVar("T")
 
 
+class Cursor(NamedTuple):
+    """Where the next page of a listing starts: the query parameter that carries it, and its value.
+
+    Dialects and service generations page differently: an opaque token in ``page`` (Anthropic, and
+    Cloud listings that carry ``next_page``) or the last item's id in ``after_id`` (Forward, Cloud).
+    """
+
+    param: str
+    value: str
+
+
 class Page(_Model, Generic[T]):
     """One page of a listing: its items, and the cursor of the next page (None on the last)."""
 
     items: list[T]
-    next_cursor: str | None = None
+    next_cursor: Cursor | None = None

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from memsync.api._errors import InvalidResponse
-from memsync.api._models import MemoryVersion, Page
+from memsync.api._models import Cursor, MemoryVersion, Page
 
 log = logging.getLogger("memsync.api")
 
@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 
 def walk_pages(
-    fetch: Callable[[str | None], Page[T]], *, what: str, max_pages: int = DEFAULT_MAX_PAGES
+    fetch: Callable[[Cursor | None], Page[T]], *, what: str, max_pages: int = DEFAULT_MAX_PAGES
 ) -> Iterator[Page[T]]:
     """Pages of one listing, fetched lazily, until the API gives no next cursor.
 
@@ -31,12 +31,12 @@ def walk_pages(
     ``max_pages`` (a bound far beyond any real store: 100,000 pages of 100) is refused with
     :class:`InvalidResponse` rather than followed forever.
     """
-    seen: set[str] = set()
+    seen: set[Cursor] = set()
     # A page is known by its first and last item and its length: two pages of one honest listing
     # never share all three, so a repeat means the server serves the same page again.
     served: dict[tuple[object, object, int], int] = {}
     empty_in_a_row = 0
-    cursor: str | None = None
+    cursor: Cursor | None = None
     for number in range(1, max_pages + 1):
         page = fetch(cursor)
         # A repeated cursor is reported as the loop it is, below; this catches new cursors only.
@@ -62,7 +62,8 @@ def walk_pages(
             return
         if page.next_cursor in seen:
             raise InvalidResponse(
-                f"listing {what}: page {number} repeats the cursor {page.next_cursor[:80]!r};"
+                f"listing {what}: page {number} repeats the cursor"
+                f" {page.next_cursor.param}={page.next_cursor.value[:80]!r};"
                 " the listing loops"
             )
         seen.add(page.next_cursor)

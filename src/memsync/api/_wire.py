@@ -20,7 +20,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ValidationError
 
 from memsync.api._errors import ContentMismatch, InvalidResponse
-from memsync.api._models import Actor, Memory, MemoryVersion, Operation, Page, Store, StoreStatus
+from memsync.api._models import Actor, Cursor, Memory, MemoryVersion, Operation, Page, Store, StoreStatus
 from memsync.errors import RuleViolation
 from memsync.rules import Dialect, check_path, sha256_hex, to_absolute, to_relative
 
@@ -82,11 +82,6 @@ class Wire:
             Dialect.ANTHROPIC: "/v1",
         }[self.dialect]
 
-    @property
-    def cursor_pages(self) -> bool:
-        """Anthropic pages with an opaque ``page`` token; the Qoder dialects with ``after_id``."""
-        return self.dialect is Dialect.ANTHROPIC
-
     def auth_headers(self, token: str) -> dict[str, str]:
         if self.dialect is Dialect.ANTHROPIC:
             return {
@@ -114,10 +109,11 @@ class Wire:
             url += f"/{quote(version_id, safe='')}"
         return "/".join([url, *rest])
 
-    def page_params(self, limit: int, cursor: str | None) -> dict[str, str]:
+    @staticmethod
+    def page_params(limit: int, cursor: Cursor | None) -> dict[str, str]:
         params = {"limit": str(limit)}
         if cursor is not None:
-            params["page" if self.cursor_pages else "after_id"] = cursor
+            params[cursor.param] = cursor.value
         return params
 
     def path_out(self, path: str) -> str:
@@ -164,22 +160,42 @@ class Wire:
             parsed = item(raw)
             if parsed is not None:
                 items.append(parsed)
-        if self.cursor_pages:
-            cursor = data.get("next_page")
-            if cursor is not None and (not isinstance(cursor, str) or cursor == ""):
-                raise InvalidResponse("the API returned a 'next_page' that is not a non-empty string")
-            return Page[T].model_construct(items=items, next_cursor=cursor)
-        has_more = data.get("has_more", False)
-        if not isinstance(has_more, bool):
+        return Page[T].model_construct(items=items, next_cursor=self._next_cursor(data, raw_items))
+
+    def _next_cursor(self, data: Mapping[str, Any], raw_items: list[Any]) -> Cursor | None:
+        """Where the next page starts, or None after the last page.
+
+        A ``next_page`` token is followed when the page carries one (Anthropic always; Cloud where the
+        service pages as the official Qoder SDK does), else the last item's id in ``after_id``. A page
+        that claims more but gives no way to reach it is refused, never taken as the end: a silently
+        short listing would read as deleted memories.
+        """
+        token = data.get("next_page")
+        if token is not None and (not isinstance(token, str) or token == ""):
+            raise InvalidResponse("the API returned a 'next_page' that is not a non-empty string")
+        has_more = data.get("has_more")
+        if has_more is not None and not isinstance(has_more, bool):
             raise InvalidResponse("the API returned 'has_more' that is not a boolean")
+        if self.dialect is Dialect.ANTHROPIC or has_more is None:
+            # Token paging alone: the token is the whole answer (null on the last page).
+            return None if token is None else Cursor("page", token)
         if not has_more:
-            return Page[T].model_construct(items=items, next_cursor=None)
-        cursor = data.get("last_id")
-        if cursor is None and raw_items:
-            cursor = raw_items[-1].get("id")
-        if not isinstance(cursor, str) or cursor == "":
-            raise InvalidResponse("the API says 'has_more' but gives no 'last_id' to continue from")
-        return Page[T].model_construct(items=items, next_cursor=cursor)
+            if token is not None:
+                raise InvalidResponse(
+                    f"the API returned a page with 'has_more': false and a 'next_page' ({token[:80]!r});"
+                    " refusing to guess whether the listing ends there"
+                )
+            return None
+        if token is not None:
+            return Cursor("page", token)
+        last = data.get("last_id")
+        if last is None and raw_items:
+            last = raw_items[-1].get("id")
+        if not isinstance(last, str) or last == "":
+            raise InvalidResponse(
+                "the API says 'has_more' but gives neither a 'next_page' nor a 'last_id' to continue from"
+            )
+        return Cursor("after_id", last)
 
     def store(self, raw: Mapping[str, Any]) -> Store:
         store_id = check_id(raw.get("id"), "a store id")
@@ -225,7 +241,8 @@ class Wire:
             "content_size_bytes": _first(raw, "content_size_bytes", "size"),
             "metadata": None if self.dialect is Dialect.ANTHROPIC else (raw.get("metadata") or {}),
             "version": raw.get("version"),
-            "head_version_id": raw.get("memory_version_id"),
+            # The head version's id: the official Qoder SDK's models call it ``memory_version_id``.
+            "head_version_id": _first(raw, "memory_version_id", "version_id"),
             "created_at": raw.get("created_at"),
             "updated_at": raw.get("updated_at"),
         }
