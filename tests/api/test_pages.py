@@ -61,7 +61,8 @@ def test_cloud_follows_next_page_where_a_page_carries_one() -> None:
     second = {**forward_page([forward_version("memver_1")]), "next_page": None}
     transport, seen = serve([first, second])
     with open_client(Dialect.CLOUD, "http://h", "t", transport=transport) as client:
-        assert [v.id for v in client.iter_versions("memstore_1", memory_id="mem_1")] == ["memver_2", "memver_1"]
+        listed = [v.id for v in client.iter_versions("memstore_1", memory_id="mem_1")]
+    assert listed == ["memver_2", "memver_1"]
     assert "page" not in seen[0].url.params
     assert seen[1].url.params["page"] == "tok-2"
     assert "after_id" not in seen[1].url.params
