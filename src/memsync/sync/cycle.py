@@ -137,7 +137,10 @@ def _push(
     max_delete_share: float,
 ) -> None:
     def import_new_versions() -> None:
-        again = pull_store(client, store, root, locked=True)
+        # Import only: the reconcile moves the checkout, the base and main itself once its plan
+        # ran. A fast-forward here took a checkout the user had staged exactly as pushed for the
+        # leftover of an interrupted checkout, and moved the base under the reconcile.
+        again = pull_store(client, store, root, locked=True, checkout=False)
         pull.imported += again.imported
         pull.requests += again.requests
         pull.skipped += again.skipped

@@ -136,10 +136,13 @@ def pull_store(
     skip_versions: frozenset[str] = frozenset(),
     progress: Progress | None = None,
     locked: bool = False,
+    checkout: bool = True,
 ) -> PullReport:
     """Pull one store into ``root/<store id>``; errors are caught into the report, never raised.
 
     ``locked``: the caller already holds :func:`store_lock` (a whole sync cycle runs under it).
+    ``checkout=False`` imports only: a reconcile in progress owns the checkout, ``main`` and the
+    base until it ends, and a fast-forward in the middle of it would move the base under it.
     """
     report = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
     before = client.request_count
@@ -155,7 +158,8 @@ def pull_store(
             # every memory, so it is refreshed on the first import and on full scans only: a pull that
             # imports V versions stays at the request count of design.md §5.
             _snapshot_metadata(client, store, mirror, with_memories=first_import or full_scan)
-            _update_checkout(mirror, report)
+            if checkout:
+                _update_checkout(mirror, report)
             report.tip = mirror.tip()
     except MemsyncError as exc:
         # The error's own exit code survives: a held lock is 75, a refused token 3 (design.md §4).

@@ -98,7 +98,8 @@ ROUNDS = 2
 DEFAULT_MAX_DELETE_SHARE = 0.5
 
 Importer = Callable[[], None]
-"""Imports the store's new versions into ``memstore/main`` (a pull under the lock already held)."""
+"""Imports the store's new versions into ``memstore/main`` (a pull under the lock already held) and
+leaves the checkout, ``main`` and the base alone: they are the reconcile's until it ends."""
 
 
 class Replan(Exception):
@@ -313,8 +314,7 @@ class _Execution:
             try:
                 pushed, changes = self._store_writes(current, base, remote, scan)
                 if writes:
-                    # What the push created becomes history now, before the checkout moves; the
-                    # checkout still differs from main here, so the import leaves it alone.
+                    # What the push created becomes history now, before the checkout moves.
                     self.importer()
                     crash_point("push.imported")
                 changes += self._pending_markers(current)
