@@ -6,43 +6,24 @@ path is re-hashed (as a git blob id) and compared with the tree of ``refs/memsyn
 the checkout was last reconciled with; ``main`` before the first reconcile): equal means nothing to do.
 A path that differs is requested once per content: if the same content shows up again (memsync
 rewriting the same conflict markers, a second ``touch``), the cycle already requested for it covers it.
-Untracked editor temporaries and git-ignored files never count.
+Untracked paths that :func:`memsync.mirror.is_ignored` leaves out never count: the same list of
+editor temporaries and the same ignore rules as the push's scan, matched by git's rules.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import os
 import stat
-import subprocess
 from collections.abc import Iterable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from memsync.errors import MemsyncError
-from memsync.mirror import Mirror, encode_paths
+from memsync.mirror import Mirror, encode_paths, is_ignored
 
 log = logging.getLogger("memsync.daemon.watch")
 
-# The editor temporaries every mirror's .git/info/exclude lists (docs/mirror.md), plus other tools'
-# save-time files; they count only when untracked (a memory may have any name).
-TEMPORARY_PATTERNS = (
-    "*.swp",
-    "*.swo",
-    "*.swx",
-    "*~",
-    ".#*",
-    "#*#",
-    "4913",
-    ".*.kate-swp",
-    ".DS_Store",
-    "*___jb_tmp___",
-    "*___jb_old___",
-    ".goutputstream-*",
-)
-
-_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 _SYMLINK = "symlink"  # a pseudo blob id: never equal to a base blob, so a symlink is reported once
 
 
@@ -65,11 +46,6 @@ def blob_id(path: Path) -> str | None:
     digest.update(b"blob %d\0" % len(data))
     digest.update(data)
     return digest.hexdigest()
-
-
-def is_temporary(tree_path: str) -> bool:
-    name = PurePosixPath(tree_path).name
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TEMPORARY_PATTERNS)
 
 
 class CheckoutBaseline:
@@ -110,11 +86,8 @@ class CheckoutBaseline:
                 continue
             if tree_path in self._requested and self._requested[tree_path] == current:
                 continue
-            if tree_path not in base and is_temporary(tree_path):
-                continue
             candidates[tree_path] = current
-        ignored = self._ignored([p for p in candidates if p not in base])
-        changed = [p for p in candidates if p not in ignored]
+        changed = [p for p in candidates if p in base or not self._ignored(p)]
         for tree_path in changed:
             self._requested[tree_path] = candidates[tree_path]
         return changed
@@ -142,25 +115,14 @@ class CheckoutBaseline:
         self._tree = (commit, tree)
         return tree
 
-    def _ignored(self, tree_paths: list[str]) -> set[str]:
-        """The paths git ignores (info/exclude, the user's excludes file): ``git check-ignore``."""
-        if not tree_paths:
-            return set()
+    def _ignored(self, tree_path: str) -> bool:
+        """Whether the push's scan would leave the untracked file out too (memsync.mirror.ignores)."""
+        assert self._mirror is not None  # opened by _base_tree, which changed() calls first
         try:
-            result = subprocess.run(
-                # Like memsync.mirror's own git runs: none of the user's hooks or fsmonitor here.
-                ["git", *_NO_HOOKS, "-C", str(self.checkout), "check-ignore", "--stdin", "-z"],
-                input="\0".join(tree_paths).encode("utf-8", "surrogateescape") + b"\0",
-                capture_output=True,
-                check=False,
-                timeout=30,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("git check-ignore failed in %s: %s", self.checkout, exc)
-            return set()
-        if result.returncode not in (0, 1):  # 1: nothing ignored
-            return set()
-        return {p.decode("utf-8", "surrogateescape") for p in result.stdout.split(b"\0") if p}
+            return is_ignored(self._mirror, tree_path)
+        except MemsyncError as exc:
+            log.warning("cannot tell whether %s is ignored in %s: %s", tree_path, self.checkout, exc)
+            return False
 
 
 def _has_files_under(tree: dict[str, str], tree_path: str) -> bool:

@@ -30,6 +30,7 @@ from memsync.mirror.history import (
     HistoryWriter,
     VersionRecord,
 )
+from memsync.mirror.ignores import TEMPORARIES, is_ignore_file, is_ignored
 from memsync.mirror.paths import (
     decode_path,
     decode_paths,
@@ -97,6 +98,7 @@ __all__ = [
     "NOT_REGULAR",
     "PUSHED_PREFIX",
     "RESOLVED_PREFIX",
+    "TEMPORARIES",
     "BackupRepository",
     "BackupTarget",
     "BlobHashes",
@@ -141,6 +143,8 @@ __all__ = [
     "end_conflict",
     "escape_for_terminal",
     "head_problem",
+    "is_ignore_file",
+    "is_ignored",
     "keep_base_ids",
     "locate",
     "open_conflicts",

@@ -32,6 +32,7 @@ from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, RefMoved, translated
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import open_repository
+from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -81,19 +82,6 @@ _GIT_MAPPED_PACKS = (
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
 REMOTE_URL = "/dev/null/memsync-managed: run 'memsync sync' instead of git fetch, pull or push"
-
-EXCLUDE_BLOCK = """\
-# memsync: editor and tool temporaries are never memories (untracked files only)
-*.swp
-*.swo
-*.swx
-*~
-.#*
-\\#*#
-4913
-.*.kate-swp
-.DS_Store
-"""
 
 # Highest-precedence attributes: whatever a global gitattributes says, contents stay plain bytes.
 ATTRIBUTES_BLOCK = """\
@@ -248,6 +236,8 @@ class Mirror:
         for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
             target = info / name
             current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if name == "exclude" and block not in current:
+                current = _replace_old_exclude_block(target, current)
             if block not in current:
                 separator = "" if current == "" or current.endswith("\n") else "\n"
                 target.write_text(current + separator + block, encoding="utf-8")
@@ -562,6 +552,16 @@ class Mirror:
     def fsck(self) -> None:
         """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
         run_git(self.path, ["fsck", "--strict", "--no-progress"], action="git fsck of the mirror")
+
+
+def _replace_old_exclude_block(target: Path, current: str) -> str:
+    """The list an earlier memsync wrote, replaced in place by today's (the user's lines stay put)."""
+    for old in OLD_EXCLUDE_BLOCKS:
+        if old in current:
+            current = current.replace(old, EXCLUDE_BLOCK, 1)
+            target.write_text(current, encoding="utf-8")
+            break
+    return current
 
 
 def _collect_files(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:

@@ -3,10 +3,11 @@
 **What is a memory** (design.md §2, "The checkout is plain bytes"). A regular file of the working tree
 whose path decodes to a memory path. Symlinks, fifos, sockets and devices are reported, never read and
 never followed (``lstat`` decides, and files are opened with ``O_NOFOLLOW``, so a link swapped in
-after the ``lstat`` is still not followed). File modes are ignored. Files git ignores (the editor
-temporaries of ``.git/info/exclude``) are not memories unless git already tracks them or the path
-is a memory already. A file whose name has no memory path (``100%.md``, two spellings of one memory)
-is a *stray*: reported with the reason, never touched.
+after the ``lstat`` is still not followed). File modes are ignored. What :mod:`memsync.mirror.ignores`
+leaves out (editor temporaries, the user's ``.gitignore`` files and what they ignore) is not a memory
+unless git already tracks it or the path is a memory already; a ``.gitignore`` file never is. A file
+whose name has no memory path (``100%.md``, two spellings of one memory) is a *stray*: reported with
+the reason, never touched.
 
 **Writing.** :func:`apply_checkout` carries out the checkout half of a plan: every change names
 what the file must hold before it is touched (``expected_sha256``; None: absent), and everything is
@@ -36,6 +37,7 @@ from pygit2.enums import RepositoryState
 
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError, translated
+from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.spellings import decoded, encoded, spell_all
 from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
@@ -43,8 +45,8 @@ from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
-# memsync's own temporaries match the ".#*" line of .git/info/exclude, so git, scans and the daemon's
-# watcher ignore them (unless a memory has such a name: then it is a memory like any other).
+# memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
+# daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
 TEMPORARY_PREFIX = ".#memsync-"
 _CHUNK = 1 << 16
 INDEX_LOCK_WAIT_S = 5.0
@@ -115,8 +117,9 @@ def scan_worktree(
 ) -> WorktreeScan:
     """Read the working tree (``.git`` excluded), hashing regular files without following links.
 
-    ``known`` are memory paths that count whatever git's ignore rules say (the base's and the store's
-    memories); an untracked file git ignores is skipped otherwise. A file whose ``lstat`` (size, mtime,
+    ``known`` are memory paths that count whatever the ignore rules say (the base's and the store's
+    memories); an untracked file :func:`~memsync.mirror.ignores.is_ignored` leaves out is skipped
+    otherwise, and a ``.gitignore`` file always (the user's). A file whose ``lstat`` (size, mtime,
     ctime, inode) is what the stat cache recorded, and that was last modified over a second before it
     was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
     ``save_cache=False`` writes nothing (status, dry runs).
@@ -127,14 +130,18 @@ def scan_worktree(
     scan = WorktreeScan()
     seen: dict[str, str] = {}
     for tree_path, info in _walk(root):
+        if is_ignore_file(tree_path):
+            # Never a memory's spelling (that is %2Egitignore), so without this it would be reported
+            # as a stray on every sync, even committed.
+            continue
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if _ignored(repo, tree_path) and not _tracked(repo, tree_path):
+            if is_ignored(mirror, tree_path) and not _tracked(repo, tree_path):
                 continue
             scan.strays.append(StrayFile(tree_path, str(exc)))
             continue
-        if memory_path not in known and _ignored(repo, tree_path) and not _tracked(repo, tree_path):
+        if memory_path not in known and is_ignored(mirror, tree_path) and not _tracked(repo, tree_path):
             continue
         other = seen.get(memory_path)
         if other is not None:
@@ -258,11 +265,6 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 pending.append(tree_path + "/")
             else:
                 yield tree_path, info
-
-
-def _ignored(repo: pygit2.Repository, tree_path: str) -> bool:
-    with translated(f"checking whether git ignores {tree_path}"):
-        return bool(repo.path_is_ignored(tree_path))
 
 
 def _tracked(repo: pygit2.Repository, tree_path: str) -> bool:
