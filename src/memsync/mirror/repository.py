@@ -32,7 +32,6 @@ from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, RefMoved, translated
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import open_repository
-from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -43,6 +42,7 @@ from memsync.mirror.history import (
     iter_trailers,
     replay,
 )
+from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
 from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.pack import PackBatch
 from memsync.mirror.packfiles import (
