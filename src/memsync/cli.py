@@ -321,7 +321,8 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
 
     Pulls first, then reconciles three ways against the last reconciled state: clean merges are
     pushed, overlapping edits become conflicts (memsync status, memsync resolve). Exit 4 when
-    conflicts, rejected files or withheld deletes wait for you.
+    conflicts, rejected files or withheld changes wait for you; exit 6 when a git operation in
+    progress (or HEAD off main) keeps the checkout from being synced.
     """
     from memsync.errors import combine_exit_codes
     from memsync.sync.cycle import run_cycle
@@ -397,6 +398,8 @@ def _describe_cycle(report: dict[str, Any]) -> str:
             f"  conflict: {esc(item['path'])}: {esc(item['reason'])}; edit it, then run"
             f" `memsync resolve {esc(item['path'])}` (or --ours / --theirs); sides kept in {esc(item['ref'])}"
         )
+    if report.get("blocked"):
+        lines.append(f"  blocked: {esc(report['blocked'])}")
     lines += _grouped("rejected", report["rejected"]) + _grouped("withheld", report["withheld"])
     if report.get("kept_commits"):
         lines.append(
@@ -430,7 +433,9 @@ def _describe_prediction(report: dict[str, Any]) -> str:
             f"{item['outcome']} {item['action']}" if item["outcome"] in ("push", "pull") else item["outcome"]
         )
         lines.append(f"  {what:<15} {esc(item['path'])}{moved}")
-    if len(lines) == 1:
+    if report.get("blocked"):
+        lines.append(f"  blocked: {esc(report['blocked'])}")
+    elif len(lines) == 1:
         lines.append("  nothing to push")
     lines += _grouped("rejected", report["rejected"]) + _grouped("withheld", report["withheld"])
     lines += [f"  warning: {esc(w)}" for w in report["warnings"]]
@@ -447,7 +452,8 @@ def status(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
     """Conflicts, rejected files and pending pushes of each mirror, and the daemon's live state.
 
     Reads the mirrors only: no network, no lock (it works while the daemon runs). Exit 4 when
-    conflicts, rejected files or withheld deletes wait for you.
+    conflicts, rejected files or withheld changes wait for you; exit 6 when a git operation in
+    progress (or HEAD off main) keeps the checkout from being synced.
     """
     from memsync.daemon import read_state
     from memsync.errors import combine_exit_codes
@@ -526,6 +532,8 @@ def _describe_status(report: dict[str, Any]) -> str:
         if daemon_state["next_run"]:
             bits.append(f"next run {daemon_state['next_run']}")
         lines.append(f"  daemon: {', '.join(bits)}")
+    if report.get("blocked"):
+        lines.append(f"  blocked: {esc(report['blocked'])}")
     for item in report["conflicts"]:
         lines.append(
             f"  conflict: {esc(item['path'])}: {esc(item['reason'])} (since {item['recorded_at']}; sides"

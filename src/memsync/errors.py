@@ -11,7 +11,10 @@ that ``memsync`` exits with when it reaches the command line (design.md §4)::
     │   ├── RuleViolation          1  a path, content or metadata breaks a dialect rule (field, rule)
     │   ├── LockHeld              75  another memsync holds the lock; try again
     │   ├── DriftFound             5  verify found a difference between mirror and store
-    │   └── ConflictsPending       4  conflicts or rejected files wait for the user
+    │   ├── CheckoutBlocked        6  a git operation in progress (rebase, merge, ...) or HEAD off
+    │   │                             main keeps the checkout from being reconciled: the message
+    │   │                             names the git command that ends it
+    │   └── ConflictsPending       4  conflicts, rejected files or withheld changes wait for the user
     ├── ApiError                   1  the Memory Store API failed (memsync.api refines it)
     │   └── AuthenticationFailed   3  the token was refused
     └── MirrorError                1  a mirror repository could not be read or written (memsync.mirror)
@@ -31,10 +34,23 @@ EXIT_AUTH = 3
 EXIT_LOCKED = 75
 EXIT_FAILED = 1
 EXIT_DRIFT = 5
+# Not a failure (the store and the mirror are fine, the import went on) and not 4 either (no file
+# waits for `memsync resolve`): the whole checkout waits until the user ends a git operation, so it
+# ranks above the per-file 4 and below every failure.
+EXIT_BLOCKED = 6
 EXIT_ATTENTION = 4
 EXIT_OK = 0
 
-_PRECEDENCE = (EXIT_USAGE, EXIT_AUTH, EXIT_LOCKED, EXIT_FAILED, EXIT_DRIFT, EXIT_ATTENTION, EXIT_OK)
+_PRECEDENCE = (
+    EXIT_USAGE,
+    EXIT_AUTH,
+    EXIT_LOCKED,
+    EXIT_FAILED,
+    EXIT_DRIFT,
+    EXIT_BLOCKED,
+    EXIT_ATTENTION,
+    EXIT_OK,
+)
 
 
 def combine_exit_codes(codes: Iterable[int]) -> int:
@@ -92,6 +108,13 @@ class LockHeld(UserError):
 
 class DriftFound(UserError):
     exit_code = EXIT_DRIFT
+
+
+class CheckoutBlocked(UserError):
+    """The checkout is in the middle of a git operation, or HEAD is off ``main``: nothing of it is
+    reconciled until the user ends that (the message names the git command)."""
+
+    exit_code = EXIT_BLOCKED
 
 
 class ConflictsPending(UserError):

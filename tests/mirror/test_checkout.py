@@ -180,7 +180,7 @@ def test_nothing_moves_while_head_is_off_main(new_mirror: NewMirror) -> None:
     git(mirror.path, "checkout", "-q", "--detach")
     imported(mirror, record(2, "mem_a", "updated", "a.md", b"a2\n"))
     result = mirror.update_checkout()
-    assert (result.updated, result.reason) == (False, "HEAD is not on main: check out main again")
+    assert result.updated is False and result.reason is not None and "`git switch main`" in result.reason
     assert (mirror.path / "a.md").read_bytes() == b"a\n"
     assert mirror.ref_target(mirror.MAIN_REF) == first
     git(mirror.path, "checkout", "-q", "main")

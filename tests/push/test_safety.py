@@ -216,7 +216,9 @@ def test_head_off_main_is_refused(make_side: MakeSide) -> None:
     git(side.repo, "switch", "-q", "-c", "elsewhere")
     side.write("a.md", "edited\n")
     report = side.sync()
-    assert not report.ok and report.error is not None and "git switch main" in report.error
+    # Not a failure: the checkout waits for the user (exit 6), who is told how to go back.
+    assert report.ok and report.exit_code == 6
+    assert report.blocked is not None and "`git switch main`" in report.blocked
     assert side.remote() == {"a.md": "a\n"}
 
 

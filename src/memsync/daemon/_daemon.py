@@ -203,6 +203,7 @@ class _Record:
     withheld: list[dict[str, str]] = field(default_factory=list)
     tip: str | None = None
     warnings: list[str] = field(default_factory=list)
+    blocked: str | None = None
     removed_reason: str | None = None
     running_since: datetime | None = None
 
@@ -582,6 +583,7 @@ class Daemon:
                 record.tip = report.pull.tip or record.tip
                 record.warnings = list(report.pull.warnings)
                 record.withheld = list(report.push.withheld) if report.push is not None else []
+                record.blocked = report.blocked
 
     def _cycle_finished(self, store_id: str, request: Request, outcome: CycleOutcome) -> None:
         view = self.coordinator.view(store_id)
@@ -620,6 +622,9 @@ class Daemon:
         elif result.outcome is Outcome.ERROR:
             when = f"; retrying in {retry_in:.0f}s" if retry_in is not None else ""
             log.warning("%s: cycle failed%s: %s", store_id, when, result.error, extra=extra)
+        elif record.blocked is not None:
+            # Not a failure (no backoff, no pause): the checkout waits for the user's git command.
+            log.info("%s: checkout not synced: %s", store_id, record.blocked, extra=extra)
         elif last is not None and result.outcome is Outcome.SUCCESS:
             attention = ""
             if record.open_conflicts or record.rejected or record.withheld:

@@ -21,6 +21,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.packfiles import NotPacked, checkout_objects
+from memsync.mirror.worktree import head_problem
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -163,12 +164,11 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
     tip = mirror.tip()
     if tip is None:
         return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
-    with translated("reading HEAD"):
-        on_main = repo.head_is_unborn or (not repo.head_is_detached and repo.head.name == mirror.MAIN_REF)
-    if not on_main:
-        return CheckoutUpdate(
-            updated=False, tip=tip, diverged=True, reason="HEAD is not on main: check out main again"
-        )
+    # Mid-rebase (or merge, bisect, ...) the checkout is git's and the user's: moving main or the
+    # files under that operation would make its --continue or --abort go wrong.
+    problem = head_problem(mirror)
+    if problem is not None:
+        return CheckoutUpdate(updated=False, tip=tip, diverged=True, reason=problem)
     changes = local_changes(mirror)
     if changes:
         return CheckoutUpdate(

@@ -15,7 +15,7 @@ from typing import Any
 
 from memsync.api import Client, Store
 from memsync.errors import LockHeld, MemsyncError, combine_exit_codes
-from memsync.mirror import Mirror, keep_base_ids
+from memsync.mirror import Mirror, head_problem, keep_base_ids
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
@@ -34,6 +34,8 @@ class CycleReport:
 
     ``conflicts`` (working-tree paths of the open conflicts) and ``rejected`` (``{"path", "reason"}``)
     are what the daemon's state file shows; ``push`` is None when the pull failed or the lock was busy.
+    ``blocked`` says why the checkout was not reconciled at all (a git operation in progress, HEAD
+    off main): the cycle is ok, its exit code 6.
     """
 
     store_id: str
@@ -51,6 +53,10 @@ class CycleReport:
     def error(self) -> str | None:
         """The first error of the cycle (the pull's, else the push's), or None."""
         return self.pull.error or (self.push.error if self.push is not None else None)
+
+    @property
+    def blocked(self) -> str | None:
+        return self.push.blocked if self.push is not None else None
 
     @property
     def changed(self) -> bool:
@@ -75,6 +81,7 @@ class CycleReport:
             "rejected": self.rejected,
             "withheld": push.withheld if push is not None else [],
             "kept_commits": push.kept_commits if push is not None else None,
+            "blocked": push.blocked if push is not None else None,
             "push": push.to_json() if push is not None else None,
         }
 
@@ -151,6 +158,13 @@ def _push(
 
     try:
         with open_mirror(root, store.id) as mirror:
+            # Before the cheap "anything to do?" test: mid-rebase (or on another branch) git status
+            # can be clean while the checkout is not main's at all, and the user should hear why
+            # nothing of it is synced.
+            push.blocked = head_problem(mirror)
+            if push.blocked is not None:
+                report_open_conflicts(mirror, push)
+                return
             if not needs_reconcile(mirror):
                 report_open_conflicts(mirror, push)
                 return

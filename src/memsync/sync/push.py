@@ -60,7 +60,7 @@ from memsync.engine.reconcile import (
     next_base,
     plan,
 )
-from memsync.errors import EXIT_ATTENTION, EXIT_OK, MemsyncError, MirrorError
+from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError
 from memsync.mirror import (
     BlobHashes,
     CheckoutChange,
@@ -122,6 +122,9 @@ class PushReport(StoreReport):
     kept_commits: str | None = None
     attempts: int = 0
     warnings: list[str] = field(default_factory=list)
+    # Why nothing of the checkout was reconciled: a git operation in progress, or HEAD off main.
+    # Not a failure (exit 6, not 1): the store is fine and the user ends it with the command named.
+    blocked: str | None = None
 
     @property
     def needs_attention(self) -> bool:
@@ -134,6 +137,8 @@ class PushReport(StoreReport):
     def exit_code(self) -> int:
         if not self.ok:
             return self.code
+        if self.blocked is not None:
+            return EXIT_BLOCKED
         return EXIT_ATTENTION if self.needs_attention else EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
@@ -153,6 +158,7 @@ class PushReport(StoreReport):
             "kept_commits": self.kept_commits,
             "attempts": self.attempts,
             "warnings": self.warnings,
+            "blocked": self.blocked,
         }
         if self.dry_run:
             found["predicted"] = self.predicted
@@ -266,9 +272,8 @@ class _Execution:
             self.hashes.save()
 
     def _run(self) -> None:
-        problem = head_problem(self.mirror)
-        if problem is not None:
-            self.report.fail(problem)
+        self.report.blocked = head_problem(self.mirror)
+        if self.report.blocked is not None:
             return
         for _ in range(ROUNDS):
             if not self._round():
@@ -681,9 +686,8 @@ def _predict(
     force: bool,
     max_delete_share: float,
 ) -> None:
-    problem = head_problem(mirror)
-    if problem is not None:
-        report.fail(problem)
+    report.blocked = head_problem(mirror)
+    if report.blocked is not None:
         return
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
     _, base = read_base(mirror, hashes)

@@ -9,17 +9,19 @@ state of that moment). Paths are working-tree paths.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
-from memsync.errors import EXIT_ATTENTION, EXIT_OK, MemsyncError, UsageError
+from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, UsageError
 from memsync.mirror import (
     BlobHashes,
+    ConflictRecord,
     Mirror,
     commit_snapshot,
+    head_problem,
     open_conflicts,
     pushed_refs,
     read_base,
@@ -54,11 +56,14 @@ class StatusReport(StoreReport):
     kept_commits: list[str] = field(default_factory=list)
     tip: str | None = None
     daemon: dict[str, Any] | None = None
+    blocked: str | None = None  # a git operation in progress or HEAD off main (the sync's message)
 
     @property
     def exit_code(self) -> int:
         if not self.ok:
             return self.code
+        if self.blocked is not None:
+            return EXIT_BLOCKED
         return EXIT_ATTENTION if self.conflicts or self.rejected or self.withheld else EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
@@ -76,6 +81,7 @@ class StatusReport(StoreReport):
             "kept_commits": self.kept_commits,
             "tip": self.tip,
             "daemon": self.daemon,
+            "blocked": self.blocked,
         }
 
 
@@ -128,9 +134,14 @@ def mirror_status(
 def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport) -> None:
     store, _ = mirror.read_metadata()
     report.name = str(store.get("name", "")) if store else ""
+    report.tip = mirror.tip()
+    report.blocked = head_problem(mirror)
+    if report.blocked is not None:
+        # Mid-operation the files are git's work in progress: what they would push means nothing.
+        _report_conflicts(mirror, report)
+        return
     hashes = BlobHashes(mirror)  # not saved: status writes nothing
     _, base = read_base(mirror, hashes)
-    report.tip = mirror.tip()
     remote = commit_snapshot(mirror, report.tip, hashes)
     scan = scan_worktree(mirror, dialect, known=set(base) | set(remote), save_cache=False)
     records = open_conflicts(mirror)
@@ -156,7 +167,13 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
             report.pending.append({"path": working_tree_path(mirror, action.path), "action": "conflict"})
         else:
             report.incoming += 1
-    for memory_path, record in sorted(records.items()):
+    _report_conflicts(mirror, report, records)
+
+
+def _report_conflicts(
+    mirror: Mirror, report: StatusReport, records: Mapping[str, ConflictRecord] | None = None
+) -> None:
+    for memory_path, record in sorted((open_conflicts(mirror) if records is None else records).items()):
         report.conflicts.append(
             {
                 "path": working_tree_path(mirror, memory_path),
