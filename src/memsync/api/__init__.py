@@ -35,7 +35,7 @@ from memsync.api._errors import (
     StoreArchived,
     TransportError,
 )
-from memsync.api._models import Actor, Memory, MemoryVersion, Operation, Page, Store, StoreStatus
+from memsync.api._models import Actor, Memory, MemoryVersion, Mount, Operation, Page, Store, StoreStatus
 from memsync.api._pages import VersionListing
 from memsync.api._transport import NO_RETRIES, RetryPolicy
 from memsync.errors import ApiError
@@ -52,6 +52,7 @@ __all__ = [
     "InvalidResponse",
     "Memory",
     "MemoryVersion",
+    "Mount",
     "NotFound",
     "Operation",
     "Page",

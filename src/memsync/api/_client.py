@@ -38,7 +38,7 @@ from memsync.api._errors import (
     refine,
 )
 from memsync.api._fetch import Job, Pace, run_jobs
-from memsync.api._models import Cursor, Memory, MemoryVersion, Page, Store, StoreStatus
+from memsync.api._models import Cursor, Memory, MemoryVersion, Mount, Page, Store, StoreStatus
 from memsync.api._pages import DEFAULT_MAX_PAGES, VersionListing, walk_pages
 from memsync.api._transport import (
     DEFAULT_MAX_BODY_BYTES,
@@ -49,7 +49,7 @@ from memsync.api._transport import (
     display_url,
 )
 from memsync.api._wire import Wire, verify_content
-from memsync.errors import ApiError
+from memsync.errors import ApiError, UsageError
 from memsync.rules import (
     Dialect,
     check_content,
@@ -237,6 +237,68 @@ class Client:
                 raise refine(exc, Conflict, note) from None
             raise
         return self._wire.store(answer.data)
+
+    # --- mounts (Forward) -----------------------------------------------------------------------
+
+    def list_mounts(self, identity_id: str, template_id: str) -> list[Mount]:
+        """The stores mounted for an (identity, template), in the API's order: the default store first,
+        then by mount time (seed 000). That order is the order a session merges their memories in."""
+        self._require_mounts()
+        path = self._wire.mounts(identity_id, template_id)
+        mounts: list[Mount] = []
+        params: dict[str, str] = {}
+        # At most 11 mounts exist per pair, so one page is the rule; a service that pages anyway is
+        # followed by its token, or after the last store id, and a page that gives no way on is refused.
+        for _ in range(self._max_pages):
+            data = self._call("GET", path, params=params).data
+            page = self._wire.page(data, self._wire.mount)
+            mounts.extend(page.items)
+            if page.next_cursor is None:
+                return mounts
+            cursor = page.next_cursor
+            if cursor.param == "after_id" and page.items:
+                cursor = cursor._replace(value=page.items[-1].store_id)
+            params = {cursor.param: cursor.value}
+        raise InvalidResponse(f"the mounts of {identity_id}/{template_id} ran past {self._max_pages} pages")
+
+    def mount_store(self, identity_id: str, template_id: str, store_id: str) -> Mount:
+        """Mount ``store_id`` (read-only) for an (identity, template); :class:`Conflict` when it is
+        mounted already, archived, or the pair has 10 explicit mounts."""
+        self._require_mounts()
+        body = {"memory_store_id": store_id}
+        try:
+            answer = self._call("POST", self._wire.mounts(identity_id, template_id), json_body=body)
+        except Conflict as exc:
+            if exc.attempts > 1:
+                # An earlier attempt may have mounted it and lost the answer: settled if it is there.
+                for mount in self.list_mounts(identity_id, template_id):
+                    if mount.store_id == store_id:
+                        log.info("mount of %s settled: an earlier attempt mounted it", store_id)
+                        return mount
+            raise
+        except NotFound as exc:
+            raise refine(
+                exc, NotFound, f"store {store_id} does not exist or this token cannot see it"
+            ) from None
+        return self._wire.mount(answer.data)
+
+    def unmount_store(self, identity_id: str, template_id: str, store_id: str) -> None:
+        """Unmount ``store_id`` from an (identity, template). :class:`NotFound` when it is not mounted;
+        :class:`Conflict` for the default store, whose mount the system manages."""
+        self._require_mounts()
+        try:
+            self._call("DELETE", self._wire.mounts(identity_id, template_id, store_id))
+        except NotFound as exc:
+            if exc.attempts > 1:
+                return  # an earlier attempt unmounted it and its answer was lost
+            raise
+
+    def _require_mounts(self) -> None:
+        if self._dialect is not Dialect.FORWARD:
+            raise UsageError(
+                f"mounts exist on the Forward dialect only; this client speaks {self._dialect.value},"
+                " whose stores are not mounted into sessions"
+            )
 
     # --- memories ------------------------------------------------------------------------------
 

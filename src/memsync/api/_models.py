@@ -91,6 +91,28 @@ class Store(_Model):
         return self.status is StoreStatus.ARCHIVED
 
 
+class Mount(_Model):
+    """One store mounted for an (identity, template) on Forward (seed 000's mount object).
+
+    ``name``, ``status`` and ``entry_count`` are the API's best-effort copies of the store's: ``""``,
+    ``""`` and 0 when it could not read the store. Only an ``active`` mount is injected into a session.
+    """
+
+    store_id: str
+    identity_id: str
+    template_id: str
+    access: str
+    system_managed: bool = False
+    name: str = ""
+    status: str = ""
+    entry_count: int = 0
+    created_at: UtcDatetime
+
+    @property
+    def active(self) -> bool:
+        return self.status == StoreStatus.ACTIVE.value
+
+
 class Memory(_Model):
     """A memory at its canonical relative ``path``. ``content`` is None in listings."""
 

@@ -20,7 +20,17 @@ from urllib.parse import quote
 from pydantic import BaseModel, ValidationError
 
 from memsync.api._errors import ContentMismatch, InvalidResponse
-from memsync.api._models import Actor, Cursor, Memory, MemoryVersion, Operation, Page, Store, StoreStatus
+from memsync.api._models import (
+    Actor,
+    Cursor,
+    Memory,
+    MemoryVersion,
+    Mount,
+    Operation,
+    Page,
+    Store,
+    StoreStatus,
+)
 from memsync.errors import RuleViolation
 from memsync.rules import Dialect, check_path, sha256_hex, to_absolute, to_relative
 
@@ -108,6 +118,12 @@ class Wire:
         if version_id is not None:
             url += f"/{quote(version_id, safe='')}"
         return "/".join([url, *rest])
+
+    def mounts(self, identity_id: str, template_id: str, store_id: str | None = None) -> str:
+        """The mounts of an (identity, template) (Forward); the ids are opaque and quoted whole."""
+        pair = f"identities/{quote(identity_id, safe='')}/templates/{quote(template_id, safe='')}"
+        url = f"{pair}/memory_stores"
+        return url if store_id is None else f"{url}/{quote(store_id, safe='')}"
 
     @staticmethod
     def page_params(limit: int, cursor: Cursor | None) -> dict[str, str]:
@@ -225,6 +241,26 @@ class Wire:
             "archived_at": raw.get("archived_at"),
         }
         return _validated(Store, fields, what)
+
+    def mount(self, raw: Mapping[str, Any]) -> Mount:
+        store_id = check_id(raw.get("memory_store_id"), "a mounted store id")
+        what = f"the mount of store {store_id}"
+        access = raw.get("access")
+        if access not in ("read_only", "read_write"):
+            raise InvalidResponse(f"the API returned {what} with unknown access {access!r:.40}")
+        fields = {
+            "store_id": store_id,
+            "identity_id": raw.get("identity_id"),
+            "template_id": raw.get("template_id"),
+            "access": access,
+            "system_managed": raw.get("system_managed") or False,
+            # Best-effort copies of the store's fields: null is taken as "could not read the store".
+            "name": raw.get("name") or "",
+            "status": raw.get("status") or "",
+            "entry_count": raw.get("entry_count") or 0,
+            "created_at": raw.get("created_at"),
+        }
+        return _validated(Mount, fields, what)
 
     def memory(self, raw: Mapping[str, Any]) -> Memory | None:
         if raw.get("type") == "memory_prefix":
