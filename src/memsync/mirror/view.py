@@ -1,0 +1,634 @@
+"""Awareness views: read-only git repositories whose tree is what an agent's sandbox sees (docs/awareness.md).
+
+A view lives at ``<mirror root>/awareness/<identity>/<template>/`` (each id one percent-escaped path
+segment), outside every store's mirror folder, with ``main`` checked out. It is not a mirror: it has
+no ``memstore`` remote, no ``memsync.mirrorformat`` (so :meth:`Mirror.open` refuses it) and carries
+``memsync.viewformat`` instead, and nothing in it is ever pushed.
+
+This module owns the git side only: reading a store mirror's imported commits with the files each one
+changed (:func:`read_history`), and writing a view's commits — trees with memsync's path encoding
+(``a`` beside ``a/b`` is ``a%_``), blobs copied from the stores' mirrors, messages with trailers — into
+packs, then the checkout and ``main``. Which copy of a path is visible is decided by
+:mod:`memsync.engine.awareness`; the sync layer composes the two.
+
+Commit ids are a pure function of what is written: author and committer lines are copied from the
+store commit of the version, the message derives from ids and paths, trees from the file set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pygit2
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, DeltaStatus, DiffOption
+
+from memsync.errors import MirrorError, UsageError
+from memsync.mirror.errors import RefMoved, translated
+from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitrepo import open_repository
+from memsync.mirror.history import PathListener, PathMap
+from memsync.mirror.objects import BLOB, COMMIT, object_id
+from memsync.mirror.pack import PackBatch
+from memsync.mirror.packfiles import delete_pack
+from memsync.mirror.paths import decode_path, encode_path, quote_for_message
+from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, ImportedVersion, Mirror
+from memsync.mirror.trailers import parse_message
+from memsync.mirror.tree import MutableTree
+
+VIEW_FORMAT = "1"
+VIEWS_FOLDER = "awareness"
+_STATE_FILE = "view.json"
+_MAIN_REF = "refs/heads/main"
+_ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
+_BATCH_COMMITS = 1000
+_BATCH_BYTES = 32 << 20
+_VIEW_TRAILER = "Memsync-View-Format"
+
+_CONFIG: dict[str, str] = {
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.filemode": "false",
+    "core.symlinks": "false",
+    "core.ignorecase": "false",
+    "core.precomposeunicode": "false",
+    "core.excludesfile": "/dev/null",
+    # A rebuild deletes the packs of the history it replaced; a reflog naming those commits would
+    # then make git fsck fail, and keeping them would keep content the stores no longer serve.
+    "core.logallrefupdates": "false",
+    "memsync.viewformat": VIEW_FORMAT,
+}
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.~-]")
+
+
+def view_folder_name(value: str, what: str = "id") -> str:
+    """``value`` (an opaque identity or template id) as one path segment, reversibly: every byte
+    outside ``[A-Za-z0-9_.~-]`` percent-escaped, and a leading ``.`` too (no ``.``, ``..``, ``.git``)."""
+    if not isinstance(value, str) or value == "":
+        raise UsageError(f"the {what} is empty; give the id as the API knows it")
+    segment = quote(value, safe="~")
+    if segment.startswith("."):
+        segment = "%2E" + segment[1:]
+    if len(segment.encode("utf-8")) > _ID_SEGMENT_MAX:
+        raise UsageError(
+            f"the {what} {value[:40]!r}... is too long for a folder name ({len(segment)} bytes escaped,"
+            f" at most {_ID_SEGMENT_MAX})"
+        )
+    return segment
+
+
+def view_path(root: Path, identity_id: str, template_id: str) -> Path:
+    """Where the view of (``identity_id``, ``template_id``) lives under the mirror root."""
+    return (
+        root
+        / VIEWS_FOLDER
+        / view_folder_name(identity_id, "identity id")
+        / view_folder_name(template_id, "template id")
+    )
+
+
+def find_views(root: Path) -> list[Path]:
+    """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
+    base = root / VIEWS_FOLDER
+    if not base.is_dir():
+        return []
+    found: list[Path] = []
+    for identity in sorted(base.iterdir()):
+        if identity.is_dir():
+            found.extend(t for t in sorted(identity.iterdir()) if (t / ".git").is_dir())
+    return found
+
+
+# --- reading a store mirror's imported history -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An author or committer exactly as a commit records it (raw bytes, seconds, offset in minutes)."""
+
+    name: bytes
+    email: bytes
+    seconds: int
+    offset: int = 0
+
+    @classmethod
+    def of(cls, signature: pygit2.Signature) -> Identity:
+        """The identity of a pygit2 signature, byte for byte."""
+        return cls(signature.raw_name, signature.raw_email, signature.time, signature.offset)
+
+    def line(self) -> bytes:
+        sign = "-" if self.offset < 0 else "+"
+        hours, minutes = divmod(abs(self.offset), 60)
+        return b"%s <%s> %d %s%02d%02d" % (self.name, self.email, self.seconds, sign.encode(), hours, minutes)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCommit:
+    """One imported version of a store, as a view needs it.
+
+    ``changes`` maps each memory path the commit touched to its new blob id (None: the file went);
+    a redacted or skipped version changes nothing.
+    """
+
+    commit: str
+    version: ImportedVersion
+    author: Identity
+    committer: Identity
+    changes: dict[str, str | None]
+
+
+def read_history(mirror: Mirror, since: str | None = None, until: str | None = None) -> Iterator[StoreCommit]:
+    """The imported commits after ``since`` up to ``until`` (default: the tip), oldest first.
+
+    ``since`` must be an ancestor of ``until`` (:func:`descends_from`); commits are read one at a
+    time, so memory stays flat whatever the history's length.
+    """
+    repo = mirror._repo
+    tip = until or mirror.tip()
+    if tip is None:
+        return
+    with translated(f"walking the history of {mirror.path}"):
+        order = pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE
+        walker = repo.walk(pygit2.Oid(hex=tip), order)
+        if since is not None:
+            walker.hide(pygit2.Oid(hex=since))
+        commits = iter(walker)
+    while True:
+        with translated(f"reading the history of {mirror.path}"):
+            commit = next(commits, None)
+            if commit is None:
+                return
+            commit_id = str(commit.id)
+            version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
+            tree = commit.tree
+            if commit.parents:
+                diff = commit.parents[0].tree.diff_to_tree(tree)
+            else:
+                diff = tree.diff_to_tree(swap=True)
+            removed: dict[str, str | None] = {}
+            added: dict[str, str | None] = {}
+            for delta in diff.deltas:
+                if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
+                    removed[decode_path(delta.old_file.path)] = None
+                if delta.status is not DeltaStatus.DELETED:
+                    added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
+            author, committer = Identity.of(commit.author), Identity.of(commit.committer)
+        # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
+        # addition of the same memory path: the addition wins.
+        yield StoreCommit(commit_id, version, author, committer, {**removed, **added})
+
+
+def descends_from(mirror: Mirror, commit: str, ancestor: str) -> bool:
+    """Whether ``ancestor`` is ``commit`` or one of its ancestors (False when either is unknown)."""
+    if commit == ancestor:
+        return True
+    try:
+        return bool(mirror._repo.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+    except (pygit2.GitError, KeyError, ValueError):
+        return False
+
+
+# --- the view repository -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ViewCommit:
+    """What one view commit records: the version that changed the visible tree, and whom it shadows.
+
+    ``paths`` are the memory paths the version touched; ``shadowed`` the stores whose copies of them
+    stay hidden, in mount order.
+    """
+
+    store_id: str
+    version: ImportedVersion
+    author: Identity
+    committer: Identity
+    paths: tuple[str, ...]
+    shadowed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEdit:
+    """A difference of the view's working tree from its ``main``: ``added``, ``modified`` or ``deleted``."""
+
+    tree_path: str
+    change: str
+
+
+def format_view_message(commit: ViewCommit) -> str:
+    """The message of a view commit: a summary line and one paragraph of trailers.
+
+    Paths are C-quoted where needed (:func:`quote_for_message`), so no path can add a line or forge a
+    trailer.
+    """
+    version = commit.version
+    shown = quote_for_message(commit.paths[0]) if commit.paths else f"memory {version.memory_id}"
+    more = f" (+{len(commit.paths) - 1} more)" if len(commit.paths) > 1 else ""
+    lines = [
+        f"{version.operation} {shown}{more} in {commit.store_id}",
+        "",
+        f"Memory-Store-Id: {commit.store_id}",
+        f"Memory-Version: {version.version_id}",
+        f"Memory-Id: {version.memory_id}",
+        f"Operation: {version.operation}",
+    ]
+    lines += [f"Memory-Path: {quote_for_message(path)}" for path in commit.paths]
+    lines += [f"Shadowed-Store-Id: {store}" for store in commit.shadowed]
+    lines.append(f"{_VIEW_TRAILER}: {VIEW_FORMAT}")
+    return "\n".join(lines) + "\n"
+
+
+class _Conflicts(pygit2.CheckoutCallbacks):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    def checkout_notify_flags(self) -> CheckoutNotify:
+        return CheckoutNotify.CONFLICT
+
+    def checkout_notify(
+        self,
+        why: CheckoutNotify,
+        path: str,
+        baseline: pygit2.DiffFile | None,
+        target: pygit2.DiffFile | None,
+        workdir: pygit2.DiffFile | None,
+    ) -> None:
+        self.paths.append(path)
+
+
+class View:
+    """The git repository of one awareness view. Open (or create) with :meth:`open`."""
+
+    MAIN_REF = _MAIN_REF
+
+    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
+        self._repo = repo
+        self.path = path
+        self.git_dir = Path(repo.path)
+        self.state_dir = self.git_dir / "memsync"
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, create: bool = False) -> View:
+        """The view at ``path``; with ``create``, made when absent (an empty folder is fine too)."""
+        require_git()
+        root = Path(path).absolute()
+        if not (root / ".git").is_dir():
+            if not create:
+                raise MirrorError(f"{root} is not an awareness view (no .git); memsync awareness makes it")
+            if root.exists() and (not root.is_dir() or any(root.iterdir())):
+                raise MirrorError(f"cannot create an awareness view at {root}: it exists and is not empty")
+            root.mkdir(parents=True, exist_ok=True)
+            with translated(f"creating the awareness view at {root}"):
+                repo = pygit2.init_repository(str(root), bare=False, initial_head="main")
+        else:
+            repo = open_repository(root, f"opening the awareness view at {root}")
+            config = repo.config
+            if "memsync.viewformat" not in config:
+                repo.free()
+                raise MirrorError(f"{root} is a git repository but not an awareness view")
+            if config["memsync.viewformat"] != VIEW_FORMAT:
+                found = config["memsync.viewformat"]
+                repo.free()
+                raise MirrorError(
+                    f"{root} is an awareness view of format {found}; this memsync writes format"
+                    f" {VIEW_FORMAT}: delete the folder and run memsync awareness again"
+                )
+        view = cls(repo, root)
+        view._ensure_layout()
+        return view
+
+    @staticmethod
+    def is_view(path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` holds an awareness view (without opening it for long)."""
+        root = Path(path)
+        if not (root / ".git").is_dir():
+            return False
+        try:
+            View.open(root).close()
+        except MirrorError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._repo.free()
+
+    def __enter__(self) -> View:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _ensure_layout(self) -> None:
+        self.state_dir.mkdir(exist_ok=True)
+        config = self._repo.config
+        with translated("configuring the awareness view"):
+            for key, value in _CONFIG.items():
+                if key not in config or config[key] != value:
+                    config[key] = value
+        info = self.git_dir / "info"
+        info.mkdir(exist_ok=True)
+        for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
+            target = info / name
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if block not in current:
+                separator = "" if current == "" or current.endswith("\n") else "\n"
+                target.write_text(current + separator + block, encoding="utf-8")
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def tip(self) -> str | None:
+        """What ``main`` points at, or None before the first commit."""
+        with translated("reading main"):
+            ref = self._repo.references.get(_MAIN_REF)
+            return None if ref is None else str(ref.resolve().target)
+
+    def head_problem(self) -> str | None:
+        """Why the checkout is not on ``main`` (in words), or None when it is."""
+        with translated("reading HEAD"):
+            if self._repo.head_is_unborn:
+                return None
+            if self._repo.head_is_detached or self._repo.head.name != _MAIN_REF:
+                return "HEAD is not on main: run `git checkout main` in the view"
+        return None
+
+    def files(self, commit: str | None = None) -> dict[str, str]:
+        """``{memory_path: blob id}`` of ``commit`` (default: ``main``); empty before the first commit."""
+        target = commit or self.tip()
+        if target is None:
+            return {}
+        found: dict[str, str] = {}
+        with translated(f"reading the tree of {target}"):
+            _collect(self._repo[target].peel(pygit2.Tree), "", found)
+        return {decode_path(tree_path): blob for tree_path, blob in found.items()}
+
+    def is_ancestor(self, ancestor: str, commit: str) -> bool:
+        """Whether ``ancestor`` is ``commit`` or one of its ancestors."""
+        if ancestor == commit:
+            return True
+        try:
+            return bool(self._repo.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+        except (pygit2.GitError, KeyError, ValueError):
+            return False
+
+    def foreign_commits(self, since: str | None, tip: str) -> list[str]:
+        """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write: their
+        message lacks the view's format trailer (someone committed in the view)."""
+        found = []
+        with translated("reading the view's history"):
+            walker = self._repo.walk(pygit2.Oid(hex=tip), pygit2.enums.SortMode.TOPOLOGICAL)
+            if since is not None and self.is_ancestor(since, tip):
+                walker.hide(pygit2.Oid(hex=since))
+            for commit in walker:
+                if _VIEW_TRAILER not in view_trailers(commit.message):
+                    found.append(str(commit.id))
+        return found
+
+    def edits(self) -> list[ViewEdit]:
+        """How the working tree differs from ``main`` — edits nobody will push (sorted by path).
+
+        Compared with ``main``'s tree itself, not the index, so a staged edit counts as well.
+        """
+        tip = self.tip()
+        flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
+        with translated("comparing the view's checkout with main"):
+            if tip is None:
+                tree = self._repo[self._repo.TreeBuilder().write()].peel(pygit2.Tree)
+            else:
+                tree = self._repo[tip].peel(pygit2.Tree)
+            diff = tree.diff_to_workdir(flags)
+            found = []
+            for delta in diff.deltas:
+                if delta.status in (DeltaStatus.ADDED, DeltaStatus.UNTRACKED):
+                    found.append(ViewEdit(delta.new_file.path, "added"))
+                elif delta.status is DeltaStatus.DELETED:
+                    found.append(ViewEdit(delta.old_file.path, "deleted"))
+                elif delta.status is not DeltaStatus.UNMODIFIED:
+                    found.append(ViewEdit(delta.new_file.path, "modified"))
+        return sorted(found, key=lambda e: e.tree_path)
+
+    def read_state(self) -> dict[str, Any] | None:
+        """The record of the last build (a cache: a view without it is rebuilt), or None."""
+        try:
+            loaded = json.loads((self.state_dir / _STATE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) else None
+
+    def write_state(self, state: Mapping[str, Any]) -> None:
+        """Replace the build record atomically."""
+        target = self.state_dir / _STATE_FILE
+        temporary = target.with_name(f".{_STATE_FILE}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8")
+        os.replace(temporary, target)
+
+    def fsck(self) -> None:
+        """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
+        run_git(self.path, ["fsck", "--strict", "--no-progress"], action="git fsck of the awareness view")
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def writer(self, *, rebuild: bool) -> ViewWriter:
+        """A writer appending to ``main`` (or, with ``rebuild``, replacing its whole history)."""
+        return ViewWriter(self, rebuild=rebuild)
+
+    def _checkout(self, tip: str | None, expected: str | None) -> None:
+        """Bring the working tree to ``tip``, keeping every file the user changed, then move ``main``.
+
+        Unchanged files follow; a file edited in the view (or in the way) stays as it is and shows as
+        an edit against the new ``main`` — the view is read-only, and the edit is not lost either.
+        """
+        repo = self._repo
+        with translated("checking out the awareness view"):
+            if tip is None:
+                target = repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
+            else:
+                target = repo[tip].peel(pygit2.Tree)
+            conflicts = _Conflicts()
+            repo.checkout_tree(
+                target,
+                strategy=CheckoutStrategy.SAFE
+                | CheckoutStrategy.ALLOW_CONFLICTS
+                | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+                callbacks=conflicts,
+            )
+            if conflicts.paths:
+                # Skipped files keep the user's bytes; the index takes main's entry, so git status
+                # shows the difference as the edit it is.
+                index = repo.index
+                index.read()
+                for path in conflicts.paths:
+                    try:
+                        entry = target[path]
+                    except KeyError:
+                        if path in index:
+                            index.remove(path)
+                        continue
+                    index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
+                index.write()
+        self._move_main(tip, expected)
+
+    def _move_main(self, tip: str | None, expected: str | None) -> None:
+        current = self.tip()
+        if current != expected:
+            raise RefMoved(_MAIN_REF, expected, current)
+        if tip == current:
+            return
+        with translated("moving the view's main"):
+            if tip is None:
+                assert current is not None
+                run_git(self.path, ["update-ref", "-d", _MAIN_REF, current], action="emptying the view")
+            elif current is None:
+                self._repo.create_reference_direct(_MAIN_REF, tip, False)
+            else:
+                self._repo.references[_MAIN_REF].set_target(tip)
+
+
+class ViewWriter:
+    """Writes view commits into packs; :meth:`finish` checks the result out and moves ``main``.
+
+    Nothing is visible before :meth:`finish`: an interrupted build leaves ``main`` and the working tree
+    as they were (at most an unreferenced pack). With ``rebuild`` the history starts empty and, once
+    ``main`` has moved, the packs of the replaced history are deleted, so content a rewritten store no
+    longer holds (a redaction) leaves the view too.
+    """
+
+    def __init__(self, view: View, *, rebuild: bool) -> None:
+        self._view = view
+        self._repo = view._repo
+        self._rebuild = rebuild
+        self._expected = view.tip()
+        start = None if rebuild else self._expected
+        self._parent: bytes | None = bytes.fromhex(start) if start else None
+        root = None
+        if start is not None:
+            with translated("reading the view's tip"):
+                root = self._repo[start].peel(pygit2.Commit).tree_id.raw
+        self._tree = MutableTree(self._repo, root)
+        self._paths = PathMap({path: path for path in view.files(start)} if start else None)
+        self._paths.listener = _Respeller(self._tree)
+        self._pack_dir = view.git_dir / "objects" / "pack"
+        self._old_packs = set(self._pack_dir.glob("pack-*.pack")) if rebuild else set()
+        self._new_packs: set[Path] = set()
+        self._batch = PackBatch()
+        self._pending = 0
+        self._blobs: set[bytes] = set()  # blobs this writer packed (a rebuild keeps none of the old)
+        self.commits = 0
+
+    @property
+    def tip(self) -> str | None:
+        return self._parent.hex() if self._parent else None
+
+    def add(
+        self, visible: Mapping[str, tuple[str, Callable[[str], bytes]] | None], commit: ViewCommit
+    ) -> str:
+        """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
+        (``read(blob_id)`` gives its bytes, from the store's mirror), or None where it left the view."""
+        with translated("writing the awareness view"):
+            for path, target in visible.items():
+                if target is None:
+                    if self._paths.owner(path) is not None:
+                        self._paths.remove(path)
+                    continue
+                blob_id, read = target
+                oid = bytes.fromhex(blob_id)
+                self._ensure_blob(oid, blob_id, read)
+                if self._paths.owner(path) is None:
+                    self._paths.add(path, path)
+                self._tree.set(_components(path, self._paths.is_directory(path)), oid)
+            tree = self._tree.write(self._batch)
+            lines = [b"tree " + tree.hex().encode()]
+            if self._parent is not None:
+                lines.append(b"parent " + self._parent.hex().encode())
+            lines.append(b"author " + commit.author.line())
+            lines.append(b"committer " + commit.committer.line())
+            body = b"\n".join(lines) + b"\n\n" + format_view_message(commit).encode("utf-8")
+            oid = object_id(COMMIT, body)
+            self._batch.add(COMMIT, body, oid)
+        self._parent = oid
+        self._pending += 1
+        self.commits += 1
+        if self._pending >= _BATCH_COMMITS or self._batch.size >= _BATCH_BYTES:
+            self._write_batch()
+        return oid.hex()
+
+    def finish(self) -> str | None:
+        """Write what is pending, check the new tip out, move ``main`` (compare-and-swap); the tip."""
+        self._write_batch()
+        tip = self.tip
+        if tip != self._expected:
+            self._view._checkout(tip, self._expected)
+        if self._rebuild:
+            self._repo.free()
+            for pack in sorted(self._old_packs - self._new_packs):
+                delete_pack(pack)
+        return tip
+
+    def _write_batch(self) -> None:
+        if self._pending == 0 and len(self._batch) == 0:
+            return
+        written = self._batch.write(self._view.git_dir / "objects")
+        if written is not None:
+            self._new_packs.add(written)
+        # libgit2 finds a new pack only after a lookup has missed every pack it knows: let it look afresh.
+        self._repo.free()
+        self._batch = PackBatch()
+        self._pending = 0
+
+    def _ensure_blob(self, oid: bytes, blob_id: str, read: Callable[[str], bytes]) -> None:
+        if oid in self._blobs or oid in self._batch:
+            return
+        if not self._rebuild and self._repo.odb.exists(blob_id):
+            return
+        data = read(blob_id)
+        if object_id(BLOB, data) != oid:
+            raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
+        self._batch.add(BLOB, data, oid)
+        self._blobs.add(oid)
+
+
+class _Respeller(PathListener):
+    """Keeps the tree's spelling in step with the path set (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
+
+    def __init__(self, tree: MutableTree) -> None:
+        self._tree = tree
+
+    def file_removed(self, path: str, suffixed: bool) -> None:
+        self._tree.remove(_components(path, suffixed))
+
+    def file_relocated(self, path: str, suffixed: bool) -> None:
+        oid = self._tree.remove(_components(path, not suffixed))
+        if oid is None:
+            raise MirrorError(f"the view's tree lacks the file of {quote_for_message(path)}")
+        self._tree.set(_components(path, suffixed), oid)
+
+
+def _components(path: str, suffixed: bool) -> tuple[bytes, ...]:
+    return tuple(part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/"))
+
+
+def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
+    for item in tree:
+        name = prefix + (item.name or "")
+        if isinstance(item, pygit2.Tree):
+            _collect(item, name + "/", found)
+        elif isinstance(item, pygit2.Blob):
+            found[name] = str(item.id)
+
+
+def view_trailers(message: str) -> dict[str, list[str]]:
+    """The trailers of a view commit's message (its last paragraph): ``{name: [values]}``."""
+    paragraph = message.rstrip("\n").split("\n\n")[-1]
+    found: dict[str, list[str]] = {}
+    for line in paragraph.split("\n"):
+        name, sep, value = line.partition(": ")
+        if sep:
+            found.setdefault(name, []).append(value)
+    return found
