@@ -457,6 +457,7 @@ def status(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
     """
     from memsync.daemon import read_state
     from memsync.errors import combine_exit_codes
+    from memsync.sync.awareness import view_statuses
     from memsync.sync.status import mirror_status, select_mirrors
 
     config = _load_config(ctx)
@@ -465,8 +466,10 @@ def status(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
         report = mirror_status(path, config.api.dialect, max_delete_share=config.push.max_delete_share)
         report.daemon = _daemon_state(read_state(path))
         found.append(report)
-    _emit([r.to_json() for r in found], as_json, _describe_status)
-    ctx.exit(combine_exit_codes(r.exit_code for r in found))
+    # Awareness views are read-only: status names edits made there (docs/awareness.md).
+    views = [] if store_names else view_statuses(config.mirror.root)
+    _emit([r.to_json() for r in found] + [v.to_json() for v in views], as_json, _describe_status_or_view)
+    ctx.exit(combine_exit_codes([r.exit_code for r in found] + [v.exit_code for v in views]))
 
 
 def _daemon_state(state: Any) -> dict[str, Any] | None:
@@ -720,6 +723,125 @@ def restore(
 
 
 # --- end of backup, verify, restore ---
+
+
+# --- mounts and awareness views (memsync.sync.awareness, docs/awareness.md) ---
+
+
+def _forward_client(ctx: click.Context, identity: str, template: str) -> tuple[Any, Any]:
+    """The config and a client, after refusing a dialect without mounts or a bad pair (exit 2)."""
+    from memsync.sync.awareness import check_pair, require_mounts
+    from memsync.sync.stores import client_for
+
+    config = _load_config(ctx)
+    require_mounts(config.api.dialect)
+    check_pair(identity, template)
+    return config, client_for(config)
+
+
+def _print_mounts(document: dict[str, Any], as_json: bool, note: str | None = None) -> None:
+    import json
+
+    from memsync.sync.awareness import describe_mounts
+
+    if as_json:
+        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        return
+    if note:
+        click.echo(note)
+    click.echo(describe_mounts(document))
+
+
+@cli.command()
+@click.argument("identity")
+@click.argument("template")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def mounts(ctx: click.Context, identity: str, template: str, as_json: bool) -> None:
+    """List the stores mounted for IDENTITY and TEMPLATE (Forward), in the order sessions merge them:
+    the default store first, then by mount time."""
+    from memsync.sync.awareness import mounts_document
+
+    _, client = _forward_client(ctx, identity, template)
+    with client:
+        listed = client.list_mounts(identity, template)
+    _print_mounts(mounts_document(identity, template, listed), as_json)
+
+
+@cli.command()
+@click.argument("identity")
+@click.argument("template")
+@click.argument("store_id", metavar="STORE")
+@click.option("--json", "as_json", is_flag=True, help="Print the mounts after the change as one JSON object.")
+@click.pass_context
+def mount(ctx: click.Context, identity: str, template: str, store_id: str, as_json: bool) -> None:
+    """Mount STORE (a store id) read-only for IDENTITY and TEMPLATE (Forward); it comes last in the
+    merge order. At most 10 explicit mounts per pair."""
+    from memsync.mirror import escape_for_terminal as esc
+    from memsync.sync.awareness import mounts_document
+
+    _, client = _forward_client(ctx, identity, template)
+    with client:
+        done = client.mount_store(identity, template, store_id)
+        listed = client.list_mounts(identity, template)
+    note = f"mounted {done.store_id} for {esc(identity)}/{esc(template)} ({done.access})"
+    _print_mounts(mounts_document(identity, template, listed), as_json, note)
+
+
+@cli.command()
+@click.argument("identity")
+@click.argument("template")
+@click.argument("store_id", metavar="STORE")
+@click.option("--json", "as_json", is_flag=True, help="Print the mounts after the change as one JSON object.")
+@click.pass_context
+def unmount(ctx: click.Context, identity: str, template: str, store_id: str, as_json: bool) -> None:
+    """Unmount STORE from IDENTITY and TEMPLATE (Forward). The default store's mount cannot be removed."""
+    from memsync.mirror import escape_for_terminal as esc
+    from memsync.sync.awareness import mounts_document
+
+    _, client = _forward_client(ctx, identity, template)
+    with client:
+        client.unmount_store(identity, template, store_id)
+        listed = client.list_mounts(identity, template)
+    note = f"unmounted {store_id} from {esc(identity)}/{esc(template)}"
+    _print_mounts(mounts_document(identity, template, listed), as_json, note)
+
+
+@cli.command()
+@click.argument("identity")
+@click.argument("template")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--strict", is_flag=True, help="Exit 4 when two mounted stores collide on a path.")
+@click.pass_context
+def awareness(ctx: click.Context, identity: str, template: str, as_json: bool, strict: bool) -> None:
+    """Show what a session of IDENTITY and TEMPLATE sees (Forward): pull every active mounted store and
+    build the read-only git view <mirror.root>/awareness/IDENTITY/TEMPLATE, whose tree is the merged
+    namespace; report every path two stores collide on.
+
+    The first holder of a path in mount order wins (the reference's assumption, docs/awareness.md).
+    Nothing in the view is ever pushed: make edits in the stores' checkouts.
+    """
+    import json
+
+    from memsync.sync.awareness import describe_awareness, refresh_awareness
+
+    config, client = _forward_client(ctx, identity, template)
+    with client:
+        report = refresh_awareness(client, config.mirror.root, identity, template)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+    else:
+        click.echo(describe_awareness(report))
+    ctx.exit(report.exit_code_for(strict=strict))
+
+
+def _describe_status_or_view(report: dict[str, Any]) -> str:
+    from memsync.sync.awareness import describe_view_status
+
+    return describe_view_status(report) if report.get("view") else _describe_status(report)
+
+
+# --- end of mounts and awareness views ---
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -141,6 +141,20 @@ class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class AwarenessConfig(_Section):
+    """One ``[[awareness]]`` table: an (identity, template) whose merged view the daemon keeps current."""
+
+    identity: str
+    template: str
+
+    @field_validator("identity", "template")
+    @classmethod
+    def _plain_id(cls, value: str) -> str:
+        if value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+            raise ValueError("must be a non-empty id without control characters, as the API knows it")
+        return value
+
+
 class Config(_Section):
     api: ApiConfig
     mirror: MirrorConfig
@@ -149,7 +163,20 @@ class Config(_Section):
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     backup: BackupConfig = Field(default_factory=BackupConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    awareness: list[AwarenessConfig] = Field(default_factory=list)
     source: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _awareness_needs_mounts(self) -> Config:
+        if self.awareness and self.api.dialect is not Dialect.FORWARD:
+            raise ValueError(
+                f"[[awareness]] views need mounts, which only the forward dialect has (api.dialect is"
+                f" {self.api.dialect.value}); remove the [[awareness]] tables"
+            )
+        pairs = [(view.identity, view.template) for view in self.awareness]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("[[awareness]] names the same identity and template twice; keep one")
+        return self
 
     def token(self) -> str:
         """The API token, from ``token_env`` or ``token_file``."""
