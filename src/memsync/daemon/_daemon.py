@@ -34,6 +34,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from memsync.api import Client, Store
 from memsync.config import Config
+from memsync.daemon._awareness import AwarenessKeeper
 from memsync.daemon._coordinator import CycleCoordinator, CycleOutcome, Outcome, Request, SlotView
 from memsync.daemon._http import HttpEndpoint
 from memsync.daemon._metrics import CONTENT_TYPE, DaemonMetrics, StoreGauges
@@ -256,7 +257,14 @@ class Daemon:
         self.watcher = CheckoutWatcher(
             self._saved, self.coordinator.busy, quiet=settings.debounce, max_wait=settings.max_wait
         )
-        self.metrics = DaemonMetrics(self._gauges)
+        # The [[awareness]] views, refreshed on the same pool after the cycles of their stores.
+        self.awareness = AwarenessKeeper(
+            config,
+            client=lambda: self._require_cycles().client(),
+            submit=self._pool.submit,
+            managed=self._managed_stores,
+        )
+        self.metrics = DaemonMetrics(self._gauges, self.awareness.gauges if self.awareness else None)
         self.http: HttpEndpoint | None = None
         self._records: dict[str, _Record] = {}
         self._records_lock = threading.RLock()
@@ -312,6 +320,13 @@ class Daemon:
             IntervalTrigger(seconds=self.config.daemon.discovery_interval),
             id="discovery",
         )
+        if self.awareness:
+            self.awareness.request_all()
+            self._scheduler.add_job(
+                self.awareness.request_all,
+                IntervalTrigger(seconds=self.config.daemon.interval),
+                id="awareness",
+            )
         log.info(
             "daemon started: %d store(s), interval %gs, watching %d checkout(s)",
             len(self._records),
@@ -340,6 +355,7 @@ class Daemon:
         """Stop within ``shutdown_deadline``; the stores whose cycle was still running at the deadline."""
         self._stop_requested = True
         self.coordinator.close()
+        self.awareness.close()
         self._scheduler.shutdown(wait=False)
         self.watcher.stop()
         abandoned = self.coordinator.wait_idle(self.config.daemon.shutdown_deadline)
@@ -419,6 +435,9 @@ class Daemon:
                     "the store was deleted remotely (or this token lost access); its mirror is kept"
                 )
                 reports.append(CycleReport(store_id=store_id, pull=gone).to_json())
+            for key in self.awareness.views():
+                if self.awareness.refresh_now(key) is None:
+                    codes.append(EXIT_FAILED)
             if self._cycles is not None:
                 self._cycles.close()
         return reports, combine_exit_codes(codes)
@@ -600,6 +619,7 @@ class Daemon:
             self.watcher.watch(store_id, record.checkout)
         self._write_state(store_id)
         self.watcher.cycle_finished(store_id)
+        self.awareness.cycle_finished(store_id, outcome.outcome is Outcome.SUCCESS)
         if view is not None and view.paused and self.coordinator.all_paused():
             self._all_paused = True
             self._wake.set()
@@ -645,6 +665,10 @@ class Daemon:
         if result.outcome is not Outcome.ERROR:
             for warning in record.warnings:
                 log.warning("%s: %s", store_id, warning, extra=extra)
+
+    def _managed_stores(self) -> set[str]:
+        with self._records_lock:
+            return {sid for sid, record in self._records.items() if record.removed_reason is None}
 
     # --- state, health, metrics ------------------------------------------------------------------
 

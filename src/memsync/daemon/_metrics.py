@@ -28,6 +28,52 @@ class StoreGauges:
     last_success_timestamp: float | None
 
 
+@dataclass(frozen=True)
+class ViewGauges:
+    """One ``[[awareness]]`` view as ``/metrics`` shows it."""
+
+    identity: str
+    template: str
+    collisions: int
+    files: int
+    consecutive_failures: int
+    last_success_timestamp: float | None
+
+
+class _ViewCollector(Collector):
+    def __init__(self, read: Callable[[], list[ViewGauges]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["identity", "template"]
+        families = {
+            "collisions": GaugeMetricFamily(
+                "memsync_awareness_collisions",
+                "Paths that two or more mounted stores hold (a session sees only one copy).",
+                labels=labels,
+            ),
+            "files": GaugeMetricFamily(
+                "memsync_awareness_files", "Files a session of the pair sees.", labels=labels
+            ),
+            "failures": GaugeMetricFamily(
+                "memsync_awareness_consecutive_failures", "Failed view refreshes in a row.", labels=labels
+            ),
+            "success": GaugeMetricFamily(
+                "memsync_awareness_last_success_timestamp_seconds",
+                "Unix time of the view's last successful refresh.",
+                labels=labels,
+            ),
+        }
+        for view in self._read():
+            pair = [view.identity, view.template]
+            families["collisions"].add_metric(pair, view.collisions)
+            families["files"].add_metric(pair, view.files)
+            families["failures"].add_metric(pair, view.consecutive_failures)
+            if view.last_success_timestamp is not None:
+                families["success"].add_metric(pair, view.last_success_timestamp)
+        yield from families.values()
+
+
 class _StoreCollector(Collector):
     def __init__(self, read: Callable[[], list[StoreGauges]]) -> None:
         self._read = read
@@ -76,7 +122,11 @@ class _StoreCollector(Collector):
 class DaemonMetrics:
     """The daemon's metrics; :meth:`render` is the body of ``/metrics``."""
 
-    def __init__(self, read_stores: Callable[[], list[StoreGauges]]) -> None:
+    def __init__(
+        self,
+        read_stores: Callable[[], list[StoreGauges]],
+        read_views: Callable[[], list[ViewGauges]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.cycles = Counter(
             "memsync_cycles",
@@ -106,6 +156,8 @@ class DaemonMetrics:
             registry=self.registry,
         )
         self.registry.register(_StoreCollector(read_stores))
+        if read_views is not None:
+            self.registry.register(_ViewCollector(read_views))
 
     def record(self, store_id: str, result: str, *, imported: int, pushed: int, seconds: float) -> None:
         if result == "locked":
