@@ -64,6 +64,13 @@ Safety rules applied to the whole plan:
   ``max_delete_share`` of the store (the memories in R), and ``force`` is false, every such delete is
   withheld: no ``Delete``, a ``withheld`` notice naming ``--force``, the path held. The other changes
   still go.
+* **Rewind guard.** When ``main`` was moved back in history (``git reset --hard HEAD~2``: the commit
+  last reconciled is no longer in ``main``), the checkout holds older contents of memories the store
+  has moved on from since. A unit whose store writes would put such a path back as it was at the
+  commit ``main`` went back to (the :class:`Rewind`'s ``before``) undoes those versions: unless
+  ``force``, it is withheld whole (a ``revert_withheld`` notice, its paths held). Edits made after the
+  rewind, and paths the versions since did not touch, still go. Applied before the delete guard, so
+  a withheld revert of a create is not counted as a delete.
 * **Paths.** Every path a write would create (``Create``, the target of ``Rename``) must pass
   :func:`memsync.rules.check_path` for the dialect, and on Anthropic may not be an ancestor or a
   descendant of another memory's path once the plan has run (the store would answer 409 on every
@@ -293,12 +300,16 @@ StoreWrite = Create | Update | Delete | Rename | Merge
 class NoticeKind(enum.StrEnum):
     REJECTED = "rejected"  # not pushed: the file breaks a rule, or its path cannot be created
     WITHHELD = "withheld"  # a delete refused by the delete guard; --force overrides
+    REVERT_WITHHELD = "revert_withheld"  # would undo versions since main was moved back; --force
     CONFLICT_OPEN = "conflict_open"  # not pushed until `memsync resolve`
     RECREATED = "recreated"  # deleted remotely, modified locally: recreated from the checkout
     KEPT_REMOTE = "kept_remote"  # deleted locally, modified remotely: the remote version restored
 
 
-_ATTENTION = frozenset({NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.CONFLICT_OPEN})
+_ATTENTION = frozenset(
+    {NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD, NoticeKind.CONFLICT_OPEN}
+)
+_HOLDING = frozenset({NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD})
 
 
 @dataclass(frozen=True)
@@ -313,6 +324,27 @@ class Notice:
     def needs_attention(self) -> bool:
         """Whether the user must act (exit code 4) rather than merely be told."""
         return self.kind in _ATTENTION
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """``main`` was moved back in history: ``versions`` imported versions lie between ``fork`` (the
+    newest imported commit ``main`` still contains; None when it contains none) and the commit last
+    reconciled. ``before`` maps each memory path those versions changed to its content hash at
+    ``fork`` (None: absent there)."""
+
+    fork: str | None
+    versions: int
+    before: Mapping[str, str | None]
+
+    def reason(self) -> str:
+        where = f"to {self.fork[:12]}" if self.fork else "to a commit outside the store's history"
+        return (
+            f"not pushed: main was moved back {self.versions} version(s) ({where}), and this would undo"
+            " what the store holds since; to keep the store's versions run `git reset --hard"
+            " memstore/main` (it discards your local changes), to undo them in the store too run"
+            " `memsync push --force`"
+        )
 
 
 @dataclass(frozen=True)
@@ -358,10 +390,12 @@ def plan(
     open_conflicts: Set[str],
     max_delete_share: float = 0.5,
     force: bool = False,
+    rewind: Rewind | None = None,
 ) -> Plan:
     """Plan the reconciliation of the checkout (``local``) with the store (``remote``) since ``base``.
 
-    Deterministic: the same snapshots give the same plan, whatever the mappings' order.
+    ``rewind``: ``main`` was moved back in history (the rewind guard). Deterministic: the same
+    snapshots give the same plan, whatever the mappings' order.
     """
     if not 0.0 <= max_delete_share <= 1.0:
         raise ValueError(f"max_delete_share must be between 0 and 1, not {max_delete_share!r}")
@@ -401,12 +435,14 @@ def plan(
         if unit.actions or unit.notices:
             units.append(unit)
 
+    if rewind is not None and not force:
+        _guard_rewind(units, local, rewind)
     _guard_deletes(units, len(remote), max_delete_share, force)
     _check_created_paths(units, remote, dialect)
 
     for unit in units:
         notices.extend(unit.notices)
-        if any(n.kind in (NoticeKind.REJECTED, NoticeKind.WITHHELD) for n in unit.notices):
+        if any(n.kind in _HOLDING for n in unit.notices):
             held.update(unit.paths)
     actions = _order([a for u in units for a in u.actions], dialect)
     notices.sort(key=lambda n: (n.path, n.kind.value))
@@ -611,6 +647,29 @@ def _guard_deletes(units: list[_Unit], store_size: int, share: float, force: boo
     for unit in deleting:
         unit.actions.clear()
         unit.notices.append(Notice(unit.paths[0], NoticeKind.WITHHELD, reason))
+
+
+def _written_paths(action: Action) -> tuple[str, ...]:
+    """The memory paths a store write changes in the store (none for a checkout action)."""
+    if isinstance(action, Rename):
+        return (action.path, action.new_path)
+    if isinstance(action, Create | Update | Delete | Merge):
+        return (action.path,)
+    return ()
+
+
+def _guard_rewind(units: list[_Unit], local: Mapping[str, LocalEntry], rewind: Rewind) -> None:
+    """Withhold every unit whose store writes would put a path back as it was before the rewind."""
+    reason = rewind.reason()
+    for unit in units:
+        written = {path for action in unit.actions for path in _written_paths(action)}
+        if not any(p in rewind.before and _hash(local.get(p)) == rewind.before[p] for p in written):
+            continue
+        # Whatever else the unit meant to do or report (a recreate, a checkout write) waits with it.
+        unit.actions.clear()
+        unit.notices.clear()
+        for path in unit.paths:
+            unit.notices.append(Notice(path, NoticeKind.REVERT_WITHHELD, reason))
 
 
 def _occupies(action: Action) -> str | None:
@@ -818,6 +877,7 @@ __all__ = [
     "Plan",
     "RemoveCheckout",
     "Rename",
+    "Rewind",
     "Side",
     "StoreWrite",
     "Update",

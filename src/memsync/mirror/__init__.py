@@ -7,7 +7,7 @@ engine it reads snapshots of commits and of the working tree, writes the checkou
 records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
 """
 
-from memsync.mirror.branch import PUSHED_PREFIX, align_index, pushed_refs, reset_main
+from memsync.mirror.branch import PUSHED_PREFIX, MainRewind, align_index, main_rewind, pushed_refs, reset_main
 from memsync.mirror.checkout import CheckoutUpdate
 from memsync.mirror.conflicts import (
     CONFLICTS_PREFIX,
@@ -130,6 +130,7 @@ __all__ = [
     "ImportedCommit",
     "ImportedVersion",
     "KeptContent",
+    "MainRewind",
     "MergeResult",
     "Merger",
     "Mirror",
@@ -175,6 +176,7 @@ __all__ = [
     "is_ignored",
     "keep_base_ids",
     "locate",
+    "main_rewind",
     "open_conflicts",
     "push_mirror",
     "pushed_refs",

@@ -11,20 +11,24 @@ files that are still local (conflicts, rejected files, withheld deletes).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode
+from pygit2.enums import DeltaStatus, FileMode, SortMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
+from memsync.mirror.snapshots import BlobHashes, reconciled_import
+from memsync.mirror.spellings import decoded
 from memsync.mirror.worktree import worktree_blob
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
 PUSHED_PREFIX = "refs/memsync/pushed/"
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
 def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
@@ -39,6 +43,52 @@ def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
     if old != tip:
         mirror.set_ref_if_equals(mirror.MAIN_REF, tip, old, message="memsync: reset to the pushed tip")
     return kept
+
+
+@dataclass(frozen=True, slots=True)
+class MainRewind:
+    """``main`` no longer contains the imported commit the checkout was last reconciled at.
+
+    ``fork`` is the newest imported commit ``main`` still contains (None: none at all), ``versions``
+    how many imported versions lie between it and the reconciled commit, and ``before`` maps every
+    memory path those versions changed to its content's SHA-256 at ``fork`` (None: absent there).
+    """
+
+    fork: str | None
+    versions: int
+    before: dict[str, str | None]
+
+
+def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRewind | None:
+    """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None.
+
+    Commits on ``main`` after the base, and a base that is itself ahead of ``main`` only because
+    nothing of it was checked out yet, are no rewind: the base's imported commit must be missing
+    from ``main``'s history.
+    """
+    main = mirror.ref_target(mirror.MAIN_REF)
+    reconciled = reconciled_import(mirror, base) if base is not None else None
+    if main is None or reconciled is None or mirror._is_ancestor(reconciled, main):
+        return None
+    repo = mirror._repo
+    with translated("finding where main was moved back to"):
+        try:
+            found = repo.merge_base(main, reconciled)
+        except (pygit2.GitError, KeyError, ValueError):
+            found = None
+        fork = None if found is None else str(found)
+        walker = repo.walk(reconciled, SortMode.NONE)
+        if fork is not None:
+            walker.hide(fork)
+        versions = sum(1 for _ in walker)
+        old = repo[fork].peel(pygit2.Tree) if fork is not None else repo[_EMPTY_TREE].peel(pygit2.Tree)
+        before: dict[str, str | None] = {}
+        for delta in old.diff_to_tree(repo[reconciled].peel(pygit2.Tree)).deltas:
+            if delta.status != DeltaStatus.ADDED:
+                before[decoded(delta.old_file.path)] = hashes.sha256(str(delta.old_file.id))
+            if delta.status != DeltaStatus.DELETED:
+                before.setdefault(decoded(delta.new_file.path), None)
+    return MainRewind(fork, versions, before)
 
 
 def pushed_refs(mirror: Mirror) -> list[str]:

@@ -166,6 +166,16 @@ def base_commit(mirror: Mirror) -> str | None:
     return None if found is None else str(found)
 
 
+def reconciled_import(mirror: Mirror, base: str) -> str | None:
+    """The imported commit a base stands for: the base itself, or, for a base commit of memsync's
+    own, the tip it was made next to (its parent; None if nothing was imported then)."""
+    with translated(f"reading the base commit {base}"):
+        commit = mirror._repo[base].peel(pygit2.Commit)
+        if not _is_base_message(commit.message):
+            return base
+        return str(commit.parent_ids[0]) if commit.parent_ids else None
+
+
 def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str, SnapshotEntry]]:
     """``(base commit, its snapshot)``; a base commit written by :func:`write_base` included."""
     commit = base_commit(mirror)

@@ -54,6 +54,7 @@ from memsync.engine.reconcile import (
     Plan,
     RemoveCheckout,
     Rename,
+    Rewind,
     Side,
     Update,
     WriteCheckout,
@@ -74,6 +75,7 @@ from memsync.mirror import (
     commit_snapshot,
     head_problem,
     locate,
+    main_rewind,
     open_conflicts,
     read_base,
     read_worktree,
@@ -204,12 +206,18 @@ def report_notices(mirror: Mirror, report: PushReport, done: Plan, scan: Worktre
         entry = {"path": working_tree_path(mirror, notice.path), "reason": notice.reason}
         if notice.kind is NoticeKind.REJECTED:
             report.rejected.append(entry)
-        elif notice.kind is NoticeKind.WITHHELD:
+        elif notice.kind in (NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD):
             report.withheld.append(entry)
         elif notice.kind is not NoticeKind.CONFLICT_OPEN:
             report.notices.append({**entry, "kind": notice.kind.value})
     for stray in scan.strays:
         report.rejected.append({"path": stray.tree_path, "reason": f"not pushed: {stray.reason}"})
+
+
+def rewind_of(mirror: Mirror, base_ref: str | None, hashes: BlobHashes) -> Rewind | None:
+    """The rewind guard's input: how far ``main`` was moved back behind the base, if it was."""
+    found = main_rewind(mirror, base_ref, hashes)
+    return None if found is None else Rewind(found.fork, found.versions, found.before)
 
 
 def _report_conflicts(
@@ -290,6 +298,7 @@ class _Execution:
         self.snapshots.setdefault(base_ref, base)
         # A finished round wrote its markers and moved the base over its conflicts.
         self.conflicted, self.conflict_writes = {}, {}
+        rewind = rewind_of(self.mirror, base_ref, self.hashes)
         for _ in range(MAX_ATTEMPTS):
             self.report.attempts += 1
             tip = self.mirror.tip()
@@ -311,6 +320,7 @@ class _Execution:
                 open_conflicts=set(records),
                 max_delete_share=self.max_delete_share,
                 force=self.force,
+                rewind=rewind,
             )
             writes = [a for a in current.actions if isinstance(a, Create | Update | Delete | Rename | Merge)]
             if writes and self.store.archived:
@@ -580,7 +590,10 @@ class _Execution:
         now = datetime.now(UTC)
         write_base(self.mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot, when=now)
         crash_point("push.base_moved")
-        if tip is not None:
+        # A withheld revert leaves main where the user moved it back to: that is what tells the
+        # next cycle these files are a revert (reset to the tip, they would read as plain edits).
+        keep_main = any(n.kind is NoticeKind.REVERT_WITHHELD for n in current.notices)
+        if tip is not None and not keep_main:
             wait_for_index_lock(self.mirror)
             self.report.kept_commits = reset_main(self.mirror, tip, when=now) or self.report.kept_commits
         # What waits for the user is the state after the last round, not a sum over rounds.
@@ -690,7 +703,7 @@ def _predict(
     if report.blocked is not None:
         return
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
-    _, base = read_base(mirror, hashes)
+    base_ref, base = read_base(mirror, hashes)
     remote = {m.path: Entry(m.content_sha256, m.id) for m in client.list_memories(store.id)}
     scan = scan_worktree(mirror, client.dialect, known=set(base) | set(remote), save_cache=False)
     records = open_conflicts(mirror)
@@ -702,6 +715,7 @@ def _predict(
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
         force=force,
+        rewind=rewind_of(mirror, base_ref, hashes),
     )
     predicted = report.predicted
     for action in current.actions:

@@ -34,6 +34,7 @@ from memsync.sync.push import (
     PushReport,
     local_entries,
     report_notices,
+    rewind_of,
     snapshot_entries,
     working_tree_path,
 )
@@ -141,7 +142,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         _report_conflicts(mirror, report)
         return
     hashes = BlobHashes(mirror)  # not saved: status writes nothing
-    _, base = read_base(mirror, hashes)
+    base_ref, base = read_base(mirror, hashes)
     remote = commit_snapshot(mirror, report.tip, hashes)
     scan = scan_worktree(mirror, dialect, known=set(base) | set(remote), save_cache=False)
     records = open_conflicts(mirror)
@@ -152,6 +153,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         dialect=dialect,
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
+        rewind=rewind_of(mirror, base_ref, hashes),
     )
     notes = PushReport(id=report.id)
     report_notices(mirror, notes, current, scan)
