@@ -27,8 +27,11 @@ from memsync.mirror.gitbinary import MIN_GIT_VERSION, require_git
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
+    HistoryFacts,
     HistoryWriter,
+    RedactedCommit,
     VersionRecord,
+    history_facts,
 )
 from memsync.mirror.ignores import TEMPORARIES, is_ignore_file, is_ignored
 from memsync.mirror.paths import (
@@ -55,6 +58,7 @@ from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import (
     KeptContent,
     RewriteReport,
+    defer_rewrite,
     rewrite_pending,
     rewrite_redacted,
     superseded_commits,
@@ -71,7 +75,7 @@ from memsync.mirror.snapshots import (
     store_blob,
     write_base,
 )
-from memsync.mirror.trailers import Operation
+from memsync.mirror.trailers import Operation, inferred_version_id
 from memsync.mirror.view import (
     VIEW_FORMAT,
     VIEWS_FOLDER,
@@ -125,6 +129,7 @@ __all__ = [
     "CheckoutUpdate",
     "ConflictRecord",
     "FormatError",
+    "HistoryFacts",
     "HistoryWriter",
     "Identity",
     "ImportedCommit",
@@ -137,6 +142,7 @@ __all__ = [
     "Operation",
     "PathEncodingError",
     "PushResult",
+    "RedactedCommit",
     "RefMoved",
     "RefPush",
     "RewriteReport",
@@ -164,6 +170,7 @@ __all__ = [
     "current_sha256",
     "decode_path",
     "decode_paths",
+    "defer_rewrite",
     "descends_from",
     "encode_path",
     "encode_paths",
@@ -172,6 +179,8 @@ __all__ = [
     "find_views",
     "format_view_message",
     "head_problem",
+    "history_facts",
+    "inferred_version_id",
     "is_ignore_file",
     "is_ignored",
     "keep_base_ids",

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
+import os
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
@@ -26,7 +28,7 @@ import pygit2
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
-from memsync.mirror.errors import PathEncodingError, RefMoved
+from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
 from memsync.mirror.pack import PackBatch
 from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
@@ -38,6 +40,7 @@ from memsync.mirror.trailers import (
     Operation,
     Trailers,
     format_message,
+    inferred_version_id,
     parse_message,
 )
 from memsync.mirror.tree import MutableTree
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
 # The identity of versions no actor is known for (Forward and Cloud record none).
 DEFAULT_AUTHOR_NAME = "memsync"
 DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
+
+# The summary line's tail on an inferred delete (the reason is in its Memsync-Inferred trailer).
+INFERRED_SUMMARY = " (inferred: the store no longer lists the memory)"
 
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
@@ -64,6 +70,10 @@ class VersionRecord:
     redacted version without ``content`` leaves the memory's file as it was, and with ``content``
     (the memory's current content, same hash) writes it. ``skipped`` versions change no file and
     are marked ``Memsync-Skipped: <skip_reason>``. ``created_at`` must be timezone-aware.
+
+    ``inferred`` (a reason token) makes a delete the API holds no version for: ``version_id`` is then
+    :func:`inferred_version_id` of the memory. ``history_truncated`` is for a mirror's first record
+    only: how many memories the first import found without their creation (versions expired before).
     """
 
     version_id: str
@@ -78,6 +88,8 @@ class VersionRecord:
     author_email: str = DEFAULT_AUTHOR_EMAIL
     skipped: bool = False
     skip_reason: str = "unspecified"
+    inferred: str | None = None
+    history_truncated: int | None = None
 
 
 class PathListener(Protocol):
@@ -248,6 +260,7 @@ class HistoryWriter:
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._absent: set[str] = set()  # sha256 the mirror was asked about and lacks (bounded)
         self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
+        self._batch_facts = HistoryFacts()  # what the unflushed batch adds to the history's facts
         self._broken: str | None = None
 
     # --- the public face ---------------------------------------------------------------------
@@ -336,12 +349,23 @@ class HistoryWriter:
             content_sha256=record.content_sha256 or content_sha,
             redacted=record.redacted,
             skipped=record.skip_reason if record.skipped else None,
+            inferred=record.inferred,
+            history_truncated=record.history_truncated,
         )
         message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
         tree = self._tree.write(self._batch)
         body = serialise_commit(tree, [self._parent] if self._parent else [], author, author, message)
         commit = object_id(COMMIT, body)
         self._batch.add(COMMIT, body, commit)
+        if self._parent is None:
+            self._batch_facts.root = commit.hex()
+            self._batch_facts.truncated = record.history_truncated
+        if record.redacted and not record.skipped:
+            wrote = blob is not None and record.operation != "deleted"
+            facts = RedactedCommit(
+                commit.hex(), record.version_id, record.memory_id, trailers.content_sha256, wrote
+            )
+            self._batch_facts.redacted.append(facts)
         self._parent = commit
         self._pending += 1
         if self._pending >= self._batch_commits or self._batch.size >= self._batch_bytes:
@@ -372,6 +396,9 @@ class HistoryWriter:
             raise
         crash_point("mirror.ref_moved")
         self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
+        if self._ref == self._mirror.MEMSTORE_REF:
+            _record_facts(self._mirror, self._expected, tip, self._batch_facts)
+        self._batch_facts = HistoryFacts()
         self._expected = tip
         self._batch = PackBatch(compression=self._compression)
         self._pending = 0
@@ -428,6 +455,22 @@ class HistoryWriter:
             raise self._refuse(record, "content_sha256 is not 64 lower-case hex digits")
         if record.skipped and REASON_PATTERN.fullmatch(record.skip_reason) is None:
             raise self._refuse(record, f"skip reason {record.skip_reason!r} is not a short lower-case token")
+        if record.inferred is not None and (
+            REASON_PATTERN.fullmatch(record.inferred) is None
+            or record.operation != "deleted"
+            or record.content is not None
+            or record.skipped
+            or record.version_id != inferred_version_id(record.memory_id)
+        ):
+            raise self._refuse(
+                record, "an inferred record is a delete of no content, named inferred:<memory id>"
+            )
+        if record.history_truncated is not None and (
+            record.history_truncated < 1 or self._parent is not None
+        ):
+            raise self._refuse(
+                record, "History-Truncated is a positive count, on a mirror's first commit only"
+            )
         if record.path is not None:
             try:
                 self._spelling(record.path, False)
@@ -492,6 +535,8 @@ class HistoryWriter:
             summary += f" (skipped: {record.skip_reason})"
         elif record.redacted:
             summary += " (redacted)"
+        elif record.inferred is not None:
+            summary += INFERRED_SUMMARY
         return summary
 
 
@@ -500,3 +545,127 @@ def iter_trailers(repo: pygit2.Repository, tip: pygit2.Oid) -> Iterator[tuple[st
     for commit in repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL):
         commit_id = str(commit.id)
         yield commit_id, parse_message(commit.message, commit_id)
+
+
+# --- facts about the whole history, kept up to date without reading it ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RedactedCommit:
+    """A commit of a redacted version: whether it ``wrote`` content (the live memory's, same hash)."""
+
+    commit: str
+    version_id: str
+    memory_id: str
+    content_sha256: str | None
+    wrote: bool
+
+
+@dataclass
+class HistoryFacts:
+    """What pull, status and verify need to know about the whole imported history, without a walk:
+    its first commit, that commit's ``History-Truncated`` count, and every commit of a redacted version
+    (redactions are rare, so the list stays short).
+
+    Cached in ``.git/memsync/history-facts.json`` at a tip; the writer extends it batch by batch from
+    the records it writes (no message is parsed again), and a reader whose cache is missing or stale
+    extends it by walking only the commits since the cached tip, or the whole history after a rewrite.
+    """
+
+    root: str | None = None
+    truncated: int | None = None
+    redacted: list[RedactedCommit] = field(default_factory=list)
+
+    def add(self, commit: str, trailers: Trailers, *, wrote: bool, is_root: bool) -> None:
+        if is_root:
+            self.root = commit
+            self.truncated = trailers.history_truncated
+        if trailers.redacted and trailers.skipped is None:
+            self.redacted.append(
+                RedactedCommit(
+                    commit, trailers.version_id, trailers.memory_id, trailers.content_sha256, wrote
+                )
+            )
+
+
+FACTS_FILE = "history-facts.json"
+
+
+def history_facts(mirror: Mirror, *, save: bool = True) -> HistoryFacts:
+    """The facts of ``memstore/main`` as it is now (see :class:`HistoryFacts`); ``save=False`` for
+    readers that must write nothing (``memsync status``)."""
+    tip = mirror.tip()
+    if tip is None:
+        return HistoryFacts()
+    cached_tip, facts = _load_facts(mirror)
+    if cached_tip == tip and facts is not None:
+        return facts
+    if facts is None or cached_tip is None or not mirror._is_ancestor(cached_tip, tip):
+        cached_tip, facts = None, HistoryFacts()
+    with translated("reading the imported history"):
+        walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+        if cached_tip is not None:
+            walker.hide(cached_tip)
+        for commit in walker:
+            commit_id = str(commit.id)
+            trailers = parse_message(commit.message, commit_id)
+            wrote = (
+                trailers.redacted
+                and trailers.memory_path is not None
+                and trailers.operation != "deleted"
+                and trailers.skipped is None
+            )
+            facts.add(commit_id, trailers, wrote=wrote, is_root=not commit.parent_ids)
+    if save:
+        _save_facts(mirror, tip, facts)
+    return facts
+
+
+def _record_facts(mirror: Mirror, previous: str | None, tip: str, batch: HistoryFacts) -> None:
+    """Extend the cached facts at ``previous`` by a batch just written on top of it."""
+    if previous is None:
+        _save_facts(mirror, tip, batch)
+        return
+    cached_tip, facts = _load_facts(mirror)
+    if cached_tip != previous or facts is None:
+        # Not cached at the parent (a mirror from before the facts, or a damaged file): the next
+        # reader walks the history once.
+        (mirror.state_dir / FACTS_FILE).unlink(missing_ok=True)
+        return
+    facts.redacted.extend(batch.redacted)
+    _save_facts(mirror, tip, facts)
+
+
+def _load_facts(mirror: Mirror) -> tuple[str | None, HistoryFacts | None]:
+    try:
+        data = json.loads((mirror.state_dir / FACTS_FILE).read_text(encoding="utf-8"))
+        if data.get("format") != 1:
+            return None, None
+        facts = HistoryFacts(
+            root=data["root"],
+            truncated=data["truncated"],
+            redacted=[RedactedCommit(*item) for item in data["redacted"]],
+        )
+        return str(data["tip"]), facts
+    except (OSError, ValueError, TypeError, KeyError):
+        return None, None
+
+
+def _save_facts(mirror: Mirror, tip: str, facts: HistoryFacts) -> None:
+    target = mirror.state_dir / FACTS_FILE
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "tip": tip,
+                "root": facts.root,
+                "truncated": facts.truncated,
+                "redacted": [
+                    [r.commit, r.version_id, r.memory_id, r.content_sha256, r.wrote] for r in facts.redacted
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    os.replace(tmp, target)

@@ -46,13 +46,17 @@ def write_metadata(
     when: datetime,
     author_name: str,
     author_email: str,
+    changed: Mapping[str, Mapping[str, Any]] | None = None,
+    removed: Iterable[str] = (),
 ) -> str | None:
     """Record a snapshot; the new commit id, or None when nothing changed.
 
     ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of memory
     documents by memory id, a mapping or ``(id, document)`` pairs: files of memories left out are
     removed (None keeps them all). Pairs are consumed one at a time, so a caller listing a large
-    store never holds every document at once; if the pairs raise, nothing is recorded.
+    store never holds every document at once; if the pairs raise, nothing is recorded. Without the
+    complete set, ``changed`` documents replace theirs and the ``removed`` memories' files go, the
+    others staying as they were (what a pull knows from the few memories it touched).
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
@@ -74,14 +78,17 @@ def write_metadata(
     if memories is not None:
         seen: set[bytes] = set()
         for memory_id, document in memories.items() if isinstance(memories, Mapping) else memories:
-            if ID_PATTERN.fullmatch(memory_id) is None:
-                raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
-            name = f"{memory_id}.json".encode()
+            name = _memory_file(memory_id)
             seen.add(name)
             put([MEMORIES_DIR, name], _document(document, f"memory {memory_id}"))
         for name in _memory_files(repo, parent_tree):
             if name not in seen:
                 tree.remove([MEMORIES_DIR, name])
+    else:
+        for memory_id, document in sorted((changed or {}).items()):
+            put([MEMORIES_DIR, _memory_file(memory_id)], _document(document, f"memory {memory_id}"))
+        for memory_id in sorted(set(removed) - set(changed or {})):
+            tree.remove([MEMORIES_DIR, _memory_file(memory_id)])
     root = tree.write(batch)
     if root == parent_tree:
         return None
@@ -92,6 +99,12 @@ def write_metadata(
     mirror.add_pack(batch)
     mirror.set_ref_if_equals(mirror.METADATA_REF, commit.hex(), parent, message="memsync: metadata snapshot")
     return commit.hex()
+
+
+def _memory_file(memory_id: str) -> bytes:
+    if ID_PATTERN.fullmatch(memory_id) is None:
+        raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
+    return f"{memory_id}.json".encode()
 
 
 def _memory_files(repo: pygit2.Repository, tree_id: bytes | None) -> list[bytes]:

@@ -121,6 +121,8 @@ class ImportedVersion:
     content_sha256: str | None
     redacted: bool
     skipped: str | None
+    inferred: str | None = None  # a delete memsync inferred: no API version stands behind it
+    history_truncated: int | None = None
 
     @classmethod
     def from_trailers(cls, commit: str, trailers: Trailers) -> ImportedVersion:
@@ -134,6 +136,8 @@ class ImportedVersion:
             content_sha256=trailers.content_sha256,
             redacted=trailers.redacted,
             skipped=trailers.skipped,
+            inferred=trailers.inferred,
+            history_truncated=trailers.history_truncated,
         )
 
 
@@ -459,6 +463,8 @@ class Mirror:
         when: datetime,
         author_name: str = DEFAULT_AUTHOR_NAME,
         author_email: str = DEFAULT_AUTHOR_EMAIL,
+        changed: Mapping[str, Mapping[str, Any]] | None = None,
+        removed: Iterable[str] = (),
     ) -> str | None:
         """Snapshot metadata on ``refs/heads/memsync/metadata``; the commit, or None if unchanged."""
         return write_metadata(
@@ -468,6 +474,8 @@ class Mirror:
             when=when,
             author_name=author_name,
             author_email=author_email,
+            changed=changed,
+            removed=removed,
         )
 
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:

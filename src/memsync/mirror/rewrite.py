@@ -45,7 +45,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.gitbinary import run_git
-from memsync.mirror.history import HistoryWriter, VersionRecord, apply_trailers
+from memsync.mirror.history import FACTS_FILE, HistoryWriter, VersionRecord, apply_trailers
 from memsync.mirror.pack import PackBatch
 from memsync.mirror.paths import encode_path, quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
@@ -60,8 +60,8 @@ WORK_REF = "refs/memsync-rewrite/memstore"
 STASH_REF = "refs/stash"
 SUPERSEDED_FILE = "superseded"
 PENDING_FILE = "rewrite-pending"
-# Caches that name commits of the old history; both are rebuilt from history when missing.
-CACHE_FILES = ("paths.json", "content-index")
+# Caches that name commits of the old history; all are rebuilt from history when missing.
+CACHE_FILES = ("paths.json", "content-index", FACTS_FILE)
 # Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
 # memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
 RECORDS_PREFIX = "refs/memsync/"
@@ -125,7 +125,7 @@ class RewriteReport:
         """One line for the user: what was rewritten and what stays."""
         text = (
             f"redaction: rewrote {self.commits} commit(s) of memstore/main from {self.first_commit or '-'}"
-            f" ({len(self.versions)} version(s) redacted since import); {len(self.removed)} redacted"
+            f" ({len(self.versions)} redacted version(s)); {len(self.removed)} redacted"
             f" content(s) removed from every object"
         )
         if self.refs:
@@ -179,26 +179,49 @@ def rewrite_pending(mirror: Mirror) -> bool:
     return (mirror.state_dir / PENDING_FILE).exists()
 
 
-def rewrite_redacted(mirror: Mirror, records: Iterable[VersionRecord]) -> RewriteReport | None:
+def defer_rewrite(mirror: Mirror, versions: Iterable[str]) -> None:
+    """Note that a rewrite is due for ``versions`` without doing it now (:func:`rewrite_pending` is
+    then true, so the next pull looks again at every redacted commit and rewrites)."""
+    pending_file = mirror.state_dir / PENDING_FILE
+    pending = _Pending.load(pending_file) or _Pending()
+    pending.versions.extend(v for v in versions if v not in pending.versions)
+    pending.save(pending_file)
+
+
+def rewrite_redacted(
+    mirror: Mirror,
+    records: Iterable[VersionRecord],
+    *,
+    recontent: Mapping[str, bytes | None] | None = None,
+) -> RewriteReport | None:
     """Rewrite the mirror so the versions of ``records`` are redacted in it (see the module docstring).
 
     ``records`` are the redacted versions exactly as a fresh import would add them (content None, or
     the live memory's current content when the API still serves it under the kept hash). Versions the
-    history does not hold are ignored. Returns None when there was nothing to do; also finishes the
-    pruning an interrupted rewrite left pending. The caller holds the store's lock.
+    history does not hold are ignored. ``recontent`` names versions whose commits record them as
+    redacted already, with the content a fresh import would now write for them: None where the memory
+    no longer serves the kept hash (its content leaves the mirror), or the bytes it serves again.
+    Returns None when there was nothing to do; also finishes the pruning an interrupted rewrite left
+    pending. The caller holds the store's lock.
     """
     replacements = {record.version_id: record for record in records}
+    recontent = dict(recontent or {})
     pending_file = mirror.state_dir / PENDING_FILE
     pending = _Pending.load(pending_file)
-    if not replacements and pending is None:
+    if not replacements and not recontent and pending is None:
         return None  # the common full scan: nothing redacted since the import, nothing owed
     history = _History.read(mirror)
-    # A commit that already records its version as redacted was written from a redacted version.
-    affected = [
-        i
-        for i, old in enumerate(history.commits)
-        if old.trailers.version_id in replacements and not old.trailers.redacted
-    ]
+
+    def is_affected(old: _OldCommit) -> bool:
+        version = old.trailers.version_id
+        if version in replacements:
+            # A commit that already records its version as redacted was written from a redacted version.
+            return not old.trailers.redacted
+        if version in recontent and old.trailers.redacted:
+            return _wrote_content(old.trailers) != (recontent[version] is not None)
+        return False
+
+    affected = [i for i, old in enumerate(history.commits) if is_affected(old)]
     if not affected and pending is None:
         return None
     pending = pending or _Pending()
@@ -218,7 +241,7 @@ def rewrite_redacted(mirror: Mirror, records: Iterable[VersionRecord]) -> Rewrit
                 pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
         pending.save(pending_file)
-        new_tip, mapping = _derive(mirror, history, start, replacements)
+        new_tip, mapping = _derive(mirror, history, start, replacements, recontent)
         commits = len(history.commits) - start
         crash_point("rewrite.history_written")
     carried = _Carrier(mirror, mapping)
@@ -327,6 +350,11 @@ def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
     return None
 
 
+def _wrote_content(trailers: Trailers) -> bool:
+    """Whether the commit set its memory's file (a redacted one: to the content the memory served)."""
+    return trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None
+
+
 def _written_blob(mirror: Mirror, old: _OldCommit) -> list[str]:
     """The blob a commit wrote for its version (none for a delete, a skip, or no content)."""
     trailers = old.trailers
@@ -393,6 +421,8 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
         author_email=old.author_email,
         skipped=trailers.skipped is not None,
         skip_reason=trailers.skipped or "unspecified",
+        inferred=trailers.inferred,
+        history_truncated=trailers.history_truncated,
     )
 
 
@@ -400,7 +430,11 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
 
 
 def _derive(
-    mirror: Mirror, history: _History, start: int, replacements: Mapping[str, VersionRecord]
+    mirror: Mirror,
+    history: _History,
+    start: int,
+    replacements: Mapping[str, VersionRecord],
+    recontent: Mapping[str, bytes | None],
 ) -> tuple[str | None, dict[str, str]]:
     """Write the commits from ``start`` on again on :data:`WORK_REF`; (new tip, old → new ids)."""
     parent = history.commits[start - 1].id if start > 0 else None
@@ -415,14 +449,18 @@ def _derive(
     mapping: dict[str, str] = {}
     writer = HistoryWriter(mirror, ref=WORK_REF)
     for old in history.commits[start:]:
-        replacement = replacements.get(old.trailers.version_id)
+        version = old.trailers.version_id
+        replacement = replacements.get(version)
         if replacement is not None:
-            record = replacement
+            # What the first commit says about the history before it is no property of the version.
+            record = replace(replacement, history_truncated=old.trailers.history_truncated)
             if old.trailers.skipped is not None:
                 # The user imported past this version with --skip-version: a fresh import would too.
                 record = replace(record, content=None, skipped=True, skip_reason=old.trailers.skipped)
         else:
             record = _reconstructed(mirror, old, known.path_of(old.trailers.memory_id))
+            if version in recontent and old.trailers.redacted and old.trailers.skipped is None:
+                record = replace(record, content=recontent[version])
         mapping[old.id] = writer.add(record)
         apply_trailers(known, old.trailers)
     tip = writer.flush()

@@ -12,19 +12,26 @@ Format 1, exactly (the trailers appear in this order; optional ones are left out
     Created-At: 2026-01-02T03:04:05.123456Z
     Redacted: true
     Memsync-Skipped: unsafe-path
+    Memsync-Inferred: tombstone-expired
+    History-Truncated: 3
     Memsync-Format: 1
 
 ``Memory-Path`` is present when the commit sets or removes the memory's file (it is the path after a
 move); ``Content-SHA256`` when the API gave a hash or content was written; ``Created-At`` is the
 version's exact creation time (the commit dates keep whole seconds); ``Redacted`` when the version
 is redacted; ``Memsync-Skipped`` (a reason token) when the engine skipped the version, which then
-changes no file. Paths are C-quoted when they need it (see :func:`quote_for_message`), so no path
-can add a line. Reading takes only the last paragraph and refuses unknown names, repeats, malformed
-values and any ``Memsync-Format`` but 1.
+changes no file. ``Memsync-Inferred`` (a reason token) marks a delete the API has no version for:
+memsync inferred it from the memory listing, and ``Memory-Version`` is then ``inferred:<memory id>``.
+``History-Truncated`` (a count, at least 1) is on a mirror's first commit only, when the first import
+found that many memories whose listed history begins after their creation: versions before it expired.
+Mirrors that need neither trailer keep their commit ids. Paths are C-quoted when they need it (see
+:func:`quote_for_message`), so no path can add a line. Reading takes only the last paragraph and
+refuses unknown names, repeats, malformed values and any ``Memsync-Format`` but 1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +53,8 @@ ORDER = (
     "Created-At",
     "Redacted",
     "Memsync-Skipped",
+    "Memsync-Inferred",
+    "History-Truncated",
     "Memsync-Format",
 )
 REQUIRED = frozenset({"Memory-Id", "Memory-Version", "Operation", "Created-At", "Memsync-Format"})
@@ -55,6 +64,9 @@ SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 REASON_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _TIME_PATTERN = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{6}))?Z")
 _LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
+_COUNT_PATTERN = re.compile(r"[1-9][0-9]{0,9}")
+# The prefix of the Memory-Version of an inferred delete: no API's version id has a colon.
+INFERRED_PREFIX = "inferred:"
 _FORMAT_LINE = f"Memsync-Format: {FORMAT}"
 
 
@@ -70,6 +82,17 @@ class Trailers:
     content_sha256: str | None = None
     redacted: bool = False
     skipped: str | None = None
+    inferred: str | None = None
+    history_truncated: int | None = None
+
+
+def inferred_version_id(memory_id: str) -> str:
+    """The ``Memory-Version`` of a delete memsync inferred for ``memory_id``: unique in a history
+    (a memory is deleted once), a pure function of the id, and never an id the API could give."""
+    candidate = f"{INFERRED_PREFIX}{memory_id}"
+    if ID_PATTERN.fullmatch(candidate) is None:  # an id near the length limit: its digest instead
+        candidate = f"{INFERRED_PREFIX}{hashlib.sha256(memory_id.encode()).hexdigest()}"
+    return candidate
 
 
 def format_time(moment: datetime) -> str:
@@ -111,6 +134,10 @@ def format_trailers(trailers: Trailers) -> str:
         lines.append("Redacted: true")
     if trailers.skipped is not None:
         lines.append(f"Memsync-Skipped: {trailers.skipped}")
+    if trailers.inferred is not None:
+        lines.append(f"Memsync-Inferred: {trailers.inferred}")
+    if trailers.history_truncated is not None:
+        lines.append(f"History-Truncated: {trailers.history_truncated}")
     lines.append(_FORMAT_LINE)
     return "\n".join(lines)
 
@@ -176,6 +203,15 @@ def _validated(found: dict[str, str]) -> Trailers:
     skipped = found.get("Memsync-Skipped")
     if skipped is not None and REASON_PATTERN.fullmatch(skipped) is None:
         raise ValueError("Memsync-Skipped is not a reason token")
+    inferred = found.get("Memsync-Inferred")
+    if inferred is not None:
+        if REASON_PATTERN.fullmatch(inferred) is None:
+            raise ValueError("Memsync-Inferred is not a reason token")
+        if operation != "deleted" or not found["Memory-Version"].startswith(INFERRED_PREFIX):
+            raise ValueError("Memsync-Inferred is only on a delete whose Memory-Version is inferred:...")
+    truncated = found.get("History-Truncated")
+    if truncated is not None and _COUNT_PATTERN.fullmatch(truncated) is None:
+        raise ValueError("History-Truncated is not a positive count")
     return Trailers(
         memory_id=found["Memory-Id"],
         version_id=found["Memory-Version"],
@@ -185,4 +221,6 @@ def _validated(found: dict[str, str]) -> Trailers:
         content_sha256=sha,
         redacted="Redacted" in found,
         skipped=skipped,
+        inferred=inferred,
+        history_truncated=int(truncated) if truncated is not None else None,
     )
