@@ -21,7 +21,7 @@ from memsync.api import Client, Store, open_client
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
 
-PAIRS = 24
+PAIRS = 32
 TEMPLATE = "tmpl_aw"
 DEFAULT_FILES = {"notes/a.md": "a, from the default store\n", "shared.md": "shared, from the default store\n"}
 

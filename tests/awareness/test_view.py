@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from memsync.errors import UsageError, UserError
+from memsync.errors import MirrorError, UsageError, UserError
 from memsync.mirror import Mirror, view_folder_name, view_path
-from memsync.sync.awareness import AwarenessReport, refresh_awareness
+from memsync.sync.awareness import AwarenessReport, build_view, refresh_awareness
 from memsync.sync.pull import pull_store
+from memsync.sync.stores import existing_mirrors
 from tests.awareness.conftest import DEFAULT_FILES, Pair, git, trailers, tree_files
 
 
@@ -206,3 +207,63 @@ def test_ids_become_safe_folder_names() -> None:
     assert view_path(Path("/r"), "i", "t") == Path("/r/awareness/i/t")
     with pytest.raises(UsageError):
         view_folder_name("")
+
+
+def test_a_version_that_arrives_late_rebuilds_to_the_same_ids(pair: Pair, tmp_path: Path) -> None:
+    root = tmp_path / "mirrors"
+    early, late = pair.store({"e.md": "e\n"}), pair.store({"l.md": "l\n"})
+    for store in (early, late):
+        pair.client.mount_store(pair.identity, pair.template, store.id)
+    build(pair, root)
+    pair.write(late, "l.md", "written first\n")
+    pair.write(early, "e.md", "written second\n")
+    # Only `early` is pulled: the view takes its newer version first...
+    assert pull_store(pair.client, early, root).ok
+    mounts = pair.client.list_mounts(pair.identity, pair.template)
+    partial = AwarenessReport(identity=pair.identity, template=pair.template, path="")
+    build_view(root, pair.identity, pair.template, mounts, partial)
+    assert not partial.rebuilt and partial.commits == 1
+    # ...so `late`'s older version, pulled after, can only be placed by rebuilding.
+    caught_up = build(pair, root)
+    assert caught_up.rebuilt and caught_up.reason is not None and "imported late" in caught_up.reason
+    fresh = build(pair, tmp_path / "elsewhere")
+    assert fresh.tip == caught_up.tip and not fresh.rebuilt
+
+
+def test_an_edit_in_the_view_survives_an_update_of_the_same_file(pair: Pair, tmp_path: Path) -> None:
+    root = tmp_path / "mirrors"
+    view = Path(build(pair, root).path)
+    (view / "shared.md").write_text("my edit, in the wrong place\n")
+    pair.write(pair.default, "shared.md", "the store moved on\n")
+    pair.write(pair.default, "notes/a.md", "and another file too\n")
+    report = build(pair, root)
+    assert report.commits == 2 and git(view, "show", "main:shared.md") == "the store moved on\n"
+    assert (view / "shared.md").read_text() == "my edit, in the wrong place\n"
+    assert (view / "notes" / "a.md").read_text() == "and another file too\n"
+    assert git(view, "status", "--porcelain") == " M shared.md\n"
+
+
+def test_only_active_mounts_take_part(pair: Pair, tmp_path: Path) -> None:
+    # The reference server refuses to archive a mounted store; the API's mount object can still say
+    # "archived" (or "" when the store is unreadable), so such a mount is fed to the build directly.
+    root = tmp_path / "mirrors"
+    archived = pair.store({"gone.md": "from an archived store\n"})
+    assert pull_store(pair.client, archived, root).ok
+    assert pull_store(pair.client, pair.default, root).ok
+    (default,) = pair.client.list_mounts(pair.identity, pair.template)
+    mounts = [
+        default,
+        default.model_copy(update={"store_id": archived.id, "status": "archived", "system_managed": False}),
+    ]
+    report = AwarenessReport(identity=pair.identity, template=pair.template, path="")
+    build_view(root, pair.identity, pair.template, mounts, report)
+    assert tree_files(view_path(root, pair.identity, pair.template)) == DEFAULT_FILES
+
+
+def test_a_view_is_never_taken_for_a_mirror(pair: Pair, tmp_path: Path) -> None:
+    root = tmp_path / "mirrors"
+    view = Path(build(pair, root).path)
+    assert [p.name for p in existing_mirrors(root)] == [pair.default.id]
+    with pytest.raises(MirrorError, match="not a memsync mirror"):
+        Mirror.open(view)
+    assert git(view, "config", "memsync.viewformat").strip() == "1"
