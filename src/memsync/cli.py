@@ -520,7 +520,7 @@ def _describe_status(report: dict[str, Any]) -> str:
         f"{len(report['pending'])} change(s) to push",
     ]
     if report["withheld"]:
-        counts.append(f"{len(report['withheld'])} delete(s) withheld")
+        counts.append(f"{len(report['withheld'])} change(s) withheld")
     lines = [f"{head}: {', '.join(counts)} -> {report['path']}"]
     daemon_state = report["daemon"]
     if daemon_state is None:

@@ -650,7 +650,7 @@ class Daemon:
             if record.open_conflicts or record.rejected or record.withheld:
                 attention = (
                     f"; waiting for you: {len(record.open_conflicts)} conflict(s),"
-                    f" {len(record.rejected)} rejected, {len(record.withheld)} delete(s) withheld"
+                    f" {len(record.rejected)} rejected, {len(record.withheld)} change(s) withheld"
                 )
             log.info(
                 "%s: imported %d version(s), pushed %d%s",
