@@ -176,8 +176,12 @@ class MountRow:
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
+    """``has_more`` speaks of the direction paged in (newer with ``before_id``); ``more_after`` of
+    list order, which is the one direction a ``next_page`` token continues in."""
+
     items: list[T]
     has_more: bool
+    more_after: bool
 
 
 _SCHEMA = """
@@ -381,21 +385,31 @@ class Engine:
         limit: int,
         after_id: str | None,
         before_id: str | None,
-    ) -> tuple[list[sqlite3.Row], bool]:
-        """Newest first by id; ``after_id`` pages to older items, ``before_id`` to newer ones."""
+    ) -> tuple[list[sqlite3.Row], bool, bool]:
+        """Newest first by id; ``after_id`` pages to older items, ``before_id`` to newer ones.
+
+        Returns the rows, whether more lie in the direction paged, and whether older ones follow
+        the last row.
+        """
         if after_id is not None and before_id is not None:
             raise InvalidRequest("after_id", "after_id and before_id are mutually exclusive; send one")
         if before_id is not None:
             sql = f"{select} WHERE {where} AND {id_column} > ? ORDER BY {id_column} ASC LIMIT ?"
             rows = db.execute(sql, [*params, before_id, limit + 1]).fetchall()
-            has_more = len(rows) > limit
-            return list(reversed(rows[:limit])), has_more
+            page = list(reversed(rows[:limit]))
+            older = bool(page) and (
+                db.execute(
+                    f"{select} WHERE {where} AND {id_column} < ? LIMIT 1", [*params, page[-1]["id"]]
+                ).fetchone()
+                is not None
+            )
+            return page, len(rows) > limit, older
         if after_id is not None:
             where += f" AND {id_column} < ?"
             params = [*params, after_id]
         sql = f"{select} WHERE {where} ORDER BY {id_column} DESC LIMIT ?"
         rows = db.execute(sql, [*params, limit + 1]).fetchall()
-        return rows[:limit], len(rows) > limit
+        return rows[:limit], len(rows) > limit, len(rows) > limit
 
     # --- rows --------------------------------------------------------------------------------
 
@@ -580,7 +594,7 @@ class Engine:
             where += " AND s.created_at <= ?"
             params.append(created_lte)
         with self._read() as db:
-            rows, has_more = self._paged(
+            rows, has_more, more_after = self._paged(
                 db,
                 _STORE_SELECT,
                 where,
@@ -590,7 +604,7 @@ class Engine:
                 after_id=after_id,
                 before_id=before_id,
             )
-        return Page([self._store_from(r) for r in rows], has_more)
+        return Page([self._store_from(r) for r in rows], has_more, more_after)
 
     def update_store(
         self,
@@ -837,7 +851,7 @@ class Engine:
             params += [len(path_prefix), path_prefix]
         with self._read() as db:
             self._require_store(db, dialect, store_id)
-            rows, has_more = self._paged(
+            rows, has_more, more_after = self._paged(
                 db,
                 "SELECT * FROM memories",
                 where,
@@ -847,7 +861,7 @@ class Engine:
                 after_id=after_id,
                 before_id=before_id,
             )
-        return Page([self._memory_from(r) for r in rows], has_more)
+        return Page([self._memory_from(r) for r in rows], has_more, more_after)
 
     def list_memories_by_path(
         self,
@@ -859,13 +873,16 @@ class Engine:
         depth: int,
         cursor: tuple[str, str] | None,
     ) -> tuple[list[MemoryRow | PrefixEntry], tuple[str, str] | None]:
-        """Memories below ``prefix`` (ends with ``/``) in UTF-8 byte order of their paths.
+        """Memories below ``prefix`` (ends with ``/``, or is empty: every relative path) in UTF-8 byte
+        order of their paths.
 
         With ``depth=1`` the memories deeper than one level are rolled up into one
         :class:`PrefixEntry` per directory, placed where ``/dir/`` sorts. The cursor is the last item
         returned: ``("memory", path)`` or ``("prefix", "/dir/")``.
         """
-        upper = prefix[:-1] + "0"  # every path starting with prefix sorts in [prefix, upper)
+        # Every path starting with prefix sorts in [prefix, prefix[:-1] + "0"); "" has no upper bound.
+        below: tuple[str, ...] = (prefix, prefix[:-1] + "0") if prefix else ()
+        within = " AND path >= ? AND path < ?" if prefix else ""
         items: list[MemoryRow | PrefixEntry] = []
         bound_op, bound = ">=", prefix
         if cursor is not None:
@@ -876,8 +893,8 @@ class Engine:
             while len(items) <= limit:
                 rows = db.execute(
                     "SELECT * FROM memories WHERE store_id = ? AND deleted_at IS NULL"
-                    f" AND path {bound_op} ? AND path >= ? AND path < ? ORDER BY path LIMIT ?",
-                    (store_id, bound, prefix, upper, limit + 1 - len(items)),
+                    f" AND path {bound_op} ?{within} ORDER BY path LIMIT ?",
+                    (store_id, bound, *below, limit + 1 - len(items)),
                 ).fetchall()
                 if not rows:
                     break
@@ -1064,7 +1081,7 @@ class Engine:
             params += [kind, actor_id]
         with self._read() as db:
             self._require_store(db, dialect, store_id)
-            rows, has_more = self._paged(
+            rows, has_more, more_after = self._paged(
                 db,
                 "SELECT v.* FROM versions v",
                 where,
@@ -1074,7 +1091,7 @@ class Engine:
                 after_id=after_id,
                 before_id=before_id,
             )
-        return Page([self._version_from(r) for r in rows], has_more)
+        return Page([self._version_from(r) for r in rows], has_more, more_after)
 
     def redact_version(
         self,
