@@ -94,6 +94,13 @@ def config_path(ctx: click.Context) -> str | None:
     default=None,
     help="Versions older than this disappear (e.g. 30d, 12h, 90s); never a live memory's head.",
 )
+@click.option(
+    "--cloud-paging",
+    type=click.Choice(["both", "next-page"]),
+    default="both",
+    show_default=True,
+    help="How Cloud listings page: next_page and after_id/before_id, or next_page only.",
+)
 def server(**options: Any) -> None:
     """Run the reference Memory Store server (Forward, Cloud and Anthropic dialects)."""
     from memsync.server import run

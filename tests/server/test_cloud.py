@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import httpx
+import qca.managed.types as qca_types
 
 from memsync.server import wire
 from tests.server.checks import cloud_store, expect_error, forward_store, ok, sha
+from tests.support.server import ServerProcess
 
 
 def test_store_has_the_seed_002_shape_and_needs_no_idempotency_key(cloud: httpx.Client) -> None:
@@ -113,3 +115,134 @@ def test_dialects_do_not_see_each_others_stores(cloud: httpx.Client, forward: ht
     listed = {s["id"] for s in ok(cloud.get("/memory_stores", params={"limit": 100}))["data"]}
     assert cloud_id in listed and forward_id not in listed
     expect_error(cloud.get("/identities/i/templates/t/memory_stores"), 404, "not_found_error")
+
+
+def test_delete_honours_expected_content_sha256(cloud: httpx.Client) -> None:
+    sid = cloud_store(cloud)["id"]
+    mid = ok(cloud.post(f"/memory_stores/{sid}/memories", json={"path": "p.md", "content": "kept"}), 201)[
+        "id"
+    ]
+    url = f"/memory_stores/{sid}/memories/{mid}"
+    history = ok(cloud.get(f"/memory_stores/{sid}/versions", params={"memory_id": mid}))
+    expect_error(cloud.delete(url, params={"expected_content_sha256": sha("other")}), 409, "conflict_error")
+    # Nothing was deleted and no tombstone was written.
+    assert ok(cloud.get(url))["content"] == "kept"
+    assert ok(cloud.get(f"/memory_stores/{sid}/versions", params={"memory_id": mid})) == history
+    expect_error(
+        cloud.delete(url, params={"expected_content_sha256": "XYZ"}),
+        400,
+        "invalid_request_error",
+        "expected_content_sha256",
+    )
+    deleted = ok(cloud.delete(url, params={"expected_content_sha256": sha("kept")}))
+    assert deleted == {"id": mid, "type": "memory_deleted", "deleted": True}
+    expect_error(cloud.get(url), 404, "not_found_error")
+
+
+def test_answers_carry_the_sdk_names_beside_seed_002s(cloud: httpx.Client, server: ServerProcess) -> None:
+    """qca.managed's models name the head version ``memory_version_id`` and a version's writer
+    ``created_by``; seed 002's ``version`` and ``operation: updated`` stay."""
+    sid = cloud_store(cloud)["id"]
+    created = ok(cloud.post(f"/memory_stores/{sid}/memories", json={"path": "n.md", "content": "1"}), 201)
+    mid = created["id"]
+    updated = ok(cloud.put(f"/memory_stores/{sid}/memories/{mid}", json={"content": "2", "version": 1}))
+    versions = ok(cloud.get(f"/memory_stores/{sid}/versions"))["data"]
+    assert [v["operation"] for v in versions] == ["updated", "created"]
+    assert (created["memory_version_id"], updated["memory_version_id"]) == (
+        versions[1]["id"],
+        versions[0]["id"],
+    )
+    assert (
+        ok(cloud.get(f"/memory_stores/{sid}/memories"))["data"][0]["memory_version_id"] == versions[0]["id"]
+    )
+    writer = versions[0]["created_by"]
+    assert writer["type"] == "api_actor" and server.token not in writer["api_key_id"]
+    assert all(v["created_by"] == writer and v["redacted_by"] is None for v in versions)
+    listed = f"/memory_stores/{sid}/versions"
+    assert ok(cloud.get(listed, params={"api_key_id": writer["api_key_id"]}))["data"] == versions
+    for actor_filter in ("api_key_id", "session_id", "service_account_id"):
+        assert ok(cloud.get(listed, params={actor_filter: "someone_else"}))["data"] == []
+    redacted = ok(cloud.post(f"/memory_stores/{sid}/versions/{versions[1]['id']}/redact"))
+    assert redacted["redacted_by"] == writer and redacted["redacted"] is True
+    # The SDK's "modified" filters what seed 002 calls "updated".
+    for spelling in ("modified", "updated"):
+        found = ok(cloud.get(f"/memory_stores/{sid}/versions", params={"operation": spelling}))["data"]
+        assert [v["id"] for v in found] == [versions[0]["id"]]
+    expect_error(
+        cloud.get(f"/memory_stores/{sid}/versions", params={"operation": "renamed"}), 400, None, "operation"
+    )
+
+
+def test_answers_fill_every_field_of_the_cloud_sdk_models(cloud: httpx.Client) -> None:
+    sid = cloud_store(cloud, description="d")["id"]
+    memory = ok(cloud.post(f"/memory_stores/{sid}/memories", json={"path": "f.md", "content": "x"}), 201)
+    version = ok(cloud.get(f"/memory_stores/{sid}/versions/{memory['memory_version_id']}"))
+    for model, answer in (
+        (qca_types.MemoryStore, ok(cloud.get(f"/memory_stores/{sid}"))),
+        (qca_types.Memory, memory),
+        (qca_types.MemoryVersion, version),
+    ):
+        # Every field the SDK model knows is in the answer (redaction fields: null until redacted).
+        missing = set(model.model_fields) - set(answer) - {"redacted_at"}
+        assert not missing, (model.__name__, missing)
+        parsed = model.model_validate(answer)
+        assert parsed.id == answer["id"]
+
+
+def test_view_depth_and_list_filters(cloud: httpx.Client) -> None:
+    sid = cloud_store(cloud)["id"]
+    memories = f"/memory_stores/{sid}/memories"
+    basic = ok(cloud.post(memories, params={"view": "basic"}, json={"path": "top.md", "content": "t"}), 201)
+    assert "content" not in basic
+    for path in ("dir/a.md", "dir/sub/b.md", "dir2/c.md"):
+        ok(cloud.post(memories, json={"path": path, "content": path}), 201)
+    got = ok(cloud.get(f"{memories}/{basic['id']}", params={"view": "basic"}))
+    assert "content" not in got and ok(cloud.get(f"{memories}/{basic['id']}"))["content"] == "t"
+    full = ok(cloud.get(memories, params={"view": "full", "limit": 100}))
+    assert {m["path"]: m["content"] for m in full["data"]}["dir2/c.md"] == "dir2/c.md"
+    version = ok(cloud.get(f"/memory_stores/{sid}/versions", params={"view": "full", "limit": 1}))["data"][0]
+    assert version["content"] == "dir2/c.md"
+    expect_error(cloud.get(memories, params={"view": "everything"}), 400, None, "view")
+
+    # depth=1: direct children in path order, deeper paths rolled up into memory_prefix items.
+    top = ok(cloud.get(memories, params={"depth": 1}))
+    wire.CloudMemoryList.model_validate(top)
+    assert [(m["type"], m["path"]) for m in top["data"]] == [
+        ("memory_prefix", "dir/"),
+        ("memory_prefix", "dir2/"),
+        ("memory", "top.md"),
+    ]
+    first = ok(cloud.get(memories, params={"depth": 1, "limit": 2}))
+    rest = ok(cloud.get(memories, params={"depth": 1, "limit": 2, "page": first["next_page"]}))
+    assert first["data"] + rest["data"] == top["data"] and rest["next_page"] is None
+    below = ok(cloud.get(memories, params={"depth": 1, "path_prefix": "dir/"}))
+    assert [(m["type"], m["path"]) for m in below["data"]] == [
+        ("memory", "dir/a.md"),
+        ("memory_prefix", "dir/sub/"),
+    ]
+    expect_error(cloud.get(memories, params={"depth": 1, "path_prefix": "dir"}), 400, None, "path_prefix")
+    expect_error(cloud.get(memories, params={"depth": 2}), 400, None, "depth")
+    expect_error(cloud.get(memories, params={"depth": 1, "after_id": basic["id"]}), 400, None, "after_id")
+
+    # Store listing: include_archived=false hides archived stores; created_at ranges; no name filter.
+    archived = cloud_store(cloud)
+    ok(cloud.post(f"/memory_stores/{archived['id']}/archive"))
+    since = {"created_at[gte]": archived["created_at"]}
+    assert [s["id"] for s in ok(cloud.get("/memory_stores", params=since))["data"]] == [archived["id"]]
+    assert ok(cloud.get("/memory_stores", params={**since, "include_archived": "false"}))["data"] == []
+    until = {"created_at[lte]": archived["created_at"], "limit": 100}
+    assert archived["id"] in {s["id"] for s in ok(cloud.get("/memory_stores", params=until))["data"]}
+    expect_error(
+        cloud.get("/memory_stores", params={"created_at[gte]": "yesterday"}), 400, None, "created_at[gte]"
+    )
+    expect_error(cloud.get("/memory_stores", params={"name": archived["name"]}), 400, None, "name")
+
+
+def test_post_update_may_leave_content_out(cloud: httpx.Client) -> None:
+    """The Cloud SDK's update makes content optional: metadata alone writes no version."""
+    sid = cloud_store(cloud)["id"]
+    mid = ok(cloud.post(f"/memory_stores/{sid}/memories", json={"path": "m.md", "content": "c"}), 201)["id"]
+    url = f"/memory_stores/{sid}/memories/{mid}"
+    changed = ok(cloud.post(url, json={"metadata": {"k": "v"}, "content": None}))
+    assert (changed["content"], changed["metadata"], changed["version"]) == ("c", {"k": "v"}, 1)
+    expect_error(cloud.post(url, json={"path": "moved.md"}), 400, None, "path")

@@ -313,3 +313,74 @@ def test_auth_errors_and_request_ids(server: ServerProcess, forward: httpx.Clien
     )
     expect_error(not_json, 400, "invalid_request_error", "body")
     assert server.token not in first.text
+
+
+def test_create_with_mount_is_one_step(forward: httpx.Client) -> None:
+    """qca's ``memory_stores.create(mount=...)``: the store is created and mounted in one call, or,
+    if the mount is refused, not created at all."""
+    identity, template = f"idn_{uuid.uuid4().hex[:12]}", f"tmpl_{uuid.uuid4().hex[:12]}"
+    base = f"/identities/{identity}/templates/{template}/memory_stores"
+    mount = {"identity_id": identity, "template_id": template}
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    store = ok(forward.post("/memory_stores", json={"name": "mounted", "mount": mount}, headers=key))
+    wire.ForwardStore.model_validate(store)
+    assert store["binding_info"] == {"identity_template_count": 1}
+    # A replay is the same store, not a second mount.
+    again = ok(forward.post("/memory_stores", json={"name": "mounted", "mount": mount}, headers=key))
+    assert again["id"] == store["id"]
+    read_only = ok(
+        forward.post(
+            "/memory_stores",
+            json={"name": "explicit", "mount": {**mount, "access": "read_only"}},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+    )
+    listed = ok(forward.get(base))["data"]
+    assert [(m["memory_store_id"], m["access"]) for m in listed] == [
+        (store["id"], "read_only"),
+        (read_only["id"], "read_only"),
+    ]
+
+    def refused_create(name: str, bad_mount: object, status: int, field: str | None) -> None:
+        retry_key = {"Idempotency-Key": uuid.uuid4().hex}
+        body = {"name": name, "mount": bad_mount}
+        expect_error(forward.post("/memory_stores", json=body, headers=retry_key), status, None, field)
+        names = {s["name"] for s in ok(forward.get("/memory_stores", params={"limit": 100}))["data"]}
+        assert name not in names, "a refused mount leaves no store behind"
+        # The key was not used up either: the same key with a good mount creates the store.
+        made = ok(forward.post("/memory_stores", json={"name": name}, headers=retry_key))
+        assert made["binding_info"] == {"identity_template_count": 0}
+
+    refused_create("writable", {**mount, "access": "read_write"}, 400, "mount.access")
+    refused_create("no template", {"identity_id": identity}, 400, "mount.template_id")
+    refused_create("empty identity", {**mount, "identity_id": ""}, 400, "mount.identity_id")
+    refused_create("unknown key", {**mount, "slot": 1}, 400, "mount.slot")
+    refused_create("not an object", "idn/tmpl", 400, "mount")
+    for n in range(8):
+        ok(
+            forward.post(
+                "/memory_stores",
+                json={"name": f"fill {n}", "mount": mount},
+                headers={"Idempotency-Key": uuid.uuid4().hex},
+            )
+        )
+    assert len(ok(forward.get(base))["data"]) == 10
+    refused_create("one too many", mount, 409, None)
+    assert len(ok(forward.get(base))["data"]) == 10
+
+
+def test_forward_delete_takes_no_precondition(forward: httpx.Client) -> None:
+    """api.md §2: qca's Forward delete sends no expected_content_sha256, and the server refuses one
+    rather than deleting regardless of it."""
+    sid = forward_store(forward)["id"]
+    mid = ok(forward.post(f"/memory_stores/{sid}/memories", json={"path": "p", "content": "c"}))["id"]
+    url = f"/memory_stores/{sid}/memories/{mid}"
+    for expected in (sha("c"), sha("other")):
+        expect_error(
+            forward.delete(url, params={"expected_content_sha256": expected}),
+            400,
+            "invalid_request_error",
+            "expected_content_sha256",
+        )
+    assert ok(forward.get(url))["content"] == "c"
+    assert ok(forward.delete(url))["deleted"] is True

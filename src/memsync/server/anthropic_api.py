@@ -8,17 +8,30 @@ list in UTF-8 byte order of their paths, stores and versions newest first. Write
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from memsync.rules import Dialect
 
-from .clock import format_ms, format_optional_ms, parse_timestamp
+from .clock import format_ms, format_optional_ms
 from .envelope import JsonAnswer, error_responses
+from .parameters import (
+    ANTHROPIC_HEADERS,
+    CreatedRange,
+    RequestGuard,
+    VersionFilters,
+    View,
+    actor_of,
+    created_range,
+    id_cursor,
+    optional_sha256_param,
+    page_size,
+    sha256_param,
+    version_filters,
+)
 from .problems import InvalidRequest
-from .storage import Actor, Engine, MemoryRow, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
+from .storage import Engine, MemoryRow, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
 from .wire import (
     SHA256_HEX,
     AnthropicDeletedMemory,
@@ -38,10 +51,7 @@ from .wire import (
 DIALECT = Dialect.ANTHROPIC
 MAX_NAME_CHARS = 255
 MAX_DESCRIPTION_CHARS = 1024
-FULL_VIEW_PAGE = 20
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-View = Literal["basic", "full"]
 WIRE_OPERATION = {"created": "created", "updated": "modified", "deleted": "deleted"}
 STORED_OPERATION = {wire: stored for stored, wire in WIRE_OPERATION.items()}
 
@@ -95,26 +105,6 @@ def render_version(version: VersionRow, *, full: bool) -> dict[str, Any]:
     }
 
 
-def _actor(request: Request) -> Actor | None:
-    key_id = getattr(request.state, "api_key_id", None)
-    return None if key_id is None else Actor("api_actor", key_id)
-
-
-def _sha256_param(field: str, value: str) -> str:
-    if not _SHA256.match(value):
-        raise InvalidRequest(field, "must be 64 lowercase hexadecimal characters (a SHA-256 digest)")
-    return value
-
-
-def _time_param(field: str, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_timestamp(value)
-    except ValueError as exc:
-        raise InvalidRequest(field, str(exc)) from None
-
-
 def _check_store_text(name: str | None, description: str | None) -> None:
     if name is not None and not 1 <= len(name) <= MAX_NAME_CHARS:
         raise InvalidRequest("name", f"must be 1..{MAX_NAME_CHARS} characters; it is {len(name)}")
@@ -122,10 +112,6 @@ def _check_store_text(name: str | None, description: str | None) -> None:
         raise InvalidRequest(
             "description", f"must be at most {MAX_DESCRIPTION_CHARS} characters; it is {len(description)}"
         )
-
-
-def _id_cursor(page: str | None) -> str | None:
-    return None if page is None else decode_cursor(page, ("id",))[1]
 
 
 Limit = Query(20, ge=1, le=100, description="Page size, 1..100 (with view=full at most 20 are returned).")
@@ -137,13 +123,12 @@ PathPageToken = Query(
     description="The `next_page` of the previous page.",
     json_schema_extra={"pattern": r"^(memory|prefix):[\s\S]+$"},
 )
-_TIME = {"format": "date-time"}
-CreatedGte = Query(None, alias="created_at[gte]", description="RFC 3339; inclusive.", json_schema_extra=_TIME)
-CreatedLte = Query(None, alias="created_at[lte]", description="RFC 3339; inclusive.", json_schema_extra=_TIME)
+# Some SDK versions append ?beta=true to every call (api.md §4): accepted on every route, whatever it is.
+_GUARD = RequestGuard(ANTHROPIC_HEADERS, also_accepted=frozenset({"beta"}))
 
 
 def build_router(engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["anthropic"])
+    router = APIRouter(tags=["anthropic"], dependencies=[Depends(_GUARD)])
     op = "anthropic_"
 
     # Stores -----------------------------------------------------------------------------------
@@ -173,16 +158,15 @@ def build_router(engine: Engine) -> APIRouter:
         limit: int = Limit,
         page: str | None = IdPageToken,
         include_archived: bool = Query(False, description="Include archived stores."),
-        created_at_gte: str | None = CreatedGte,
-        created_at_lte: str | None = CreatedLte,
+        created: CreatedRange = Depends(created_range),
     ) -> JsonAnswer:
         result = engine.list_stores(
             DIALECT,
             limit=limit,
-            after_id=_id_cursor(page),
+            after_id=id_cursor(page),
             include_archived=include_archived,
-            created_gte=_time_param("created_at[gte]", created_at_gte),
-            created_lte=_time_param("created_at[lte]", created_at_lte),
+            created_gte=created.gte,
+            created_lte=created.lte,
         )
         data = [render_store(s) for s in result.items]
         next_page = encode_cursor("id", data[-1]["id"]) if result.has_more and data else None
@@ -255,7 +239,7 @@ def build_router(engine: Engine) -> APIRouter:
     ) -> JsonAnswer:
         content = "" if body.content is None else body.content
         memory = engine.create_memory(
-            DIALECT, memory_store_id, path=body.path, content=content, actor=_actor(request)
+            DIALECT, memory_store_id, path=body.path, content=content, actor=actor_of(request)
         )
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
@@ -287,7 +271,7 @@ def build_router(engine: Engine) -> APIRouter:
         items, cursor = engine.list_memories_by_path(
             DIALECT,
             memory_store_id,
-            limit=min(limit, FULL_VIEW_PAGE) if full else limit,
+            limit=page_size(limit, view),
             prefix=prefix,
             depth=depth,
             cursor=None if page is None else decode_cursor(page, ("memory", "prefix")),
@@ -329,7 +313,7 @@ def build_router(engine: Engine) -> APIRouter:
     ) -> JsonAnswer:
         expected = None
         if body.precondition is not None:
-            expected = _sha256_param("precondition.content_sha256", body.precondition.content_sha256)
+            expected = sha256_param("precondition.content_sha256", body.precondition.content_sha256)
         memory = engine.update_memory(
             DIALECT,
             memory_store_id,
@@ -337,7 +321,7 @@ def build_router(engine: Engine) -> APIRouter:
             content=body.content,
             path=body.path,
             expected_sha256=expected,
-            actor=_actor(request),
+            actor=actor_of(request),
         )
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
@@ -356,13 +340,9 @@ def build_router(engine: Engine) -> APIRouter:
             None, description="Delete only if the hash matches.", json_schema_extra={"pattern": SHA256_HEX}
         ),
     ) -> JsonAnswer:
-        expected = (
-            None
-            if expected_content_sha256 is None
-            else _sha256_param("expected_content_sha256", expected_content_sha256)
-        )
+        expected = optional_sha256_param("expected_content_sha256", expected_content_sha256)
         engine.delete_memory(
-            DIALECT, memory_store_id, memory_id, expected_sha256=expected, actor=_actor(request)
+            DIALECT, memory_store_id, memory_id, expected_sha256=expected, actor=actor_of(request)
         )
         return JsonAnswer({"id": memory_id, "type": "memory_deleted"})
 
@@ -379,35 +359,21 @@ def build_router(engine: Engine) -> APIRouter:
         memory_store_id: str,
         limit: int = Limit,
         page: str | None = IdPageToken,
-        memory_id: str | None = Query(None, description="Only this memory's versions (also once deleted)."),
+        filters: VersionFilters = Depends(version_filters),
         operation: Literal["created", "modified", "deleted"] | None = Query(None),
-        created_at_gte: str | None = CreatedGte,
-        created_at_lte: str | None = CreatedLte,
-        session_id: str | None = Query(None, description="Only versions written by this session."),
-        api_key_id: str | None = Query(None, description="Only versions written with this API key."),
-        service_account_id: str | None = Query(None, description="Only versions by this service account."),
         view: View = Query("basic", description="full includes content (at most 20 per page)"),
     ) -> JsonAnswer:
         full = view == "full"
-        actors = [
-            (kind, value)
-            for kind, value in (
-                ("session_actor", session_id),
-                ("api_actor", api_key_id),
-                ("service_account_actor", service_account_id),
-            )
-            if value is not None
-        ]
         result = engine.list_versions(
             DIALECT,
             memory_store_id,
-            limit=min(limit, FULL_VIEW_PAGE) if full else limit,
-            after_id=_id_cursor(page),
-            memory_id=memory_id,
+            limit=page_size(limit, view),
+            after_id=id_cursor(page),
+            memory_id=filters.memory_id,
             operation=None if operation is None else STORED_OPERATION[operation],
-            created_gte=_time_param("created_at[gte]", created_at_gte),
-            created_lte=_time_param("created_at[lte]", created_at_lte),
-            actors=actors,
+            created_gte=filters.created.gte,
+            created_lte=filters.created.lte,
+            actors=filters.actors,
         )
         data = [render_version(v, full=full) for v in result.items]
         next_page = encode_cursor("id", data[-1]["id"]) if result.has_more and data else None
@@ -436,7 +402,7 @@ def build_router(engine: Engine) -> APIRouter:
         summary="Redact a version (not the current one of a live memory); repeating it is harmless",
     )
     async def redact_version(request: Request, memory_store_id: str, memory_version_id: str) -> JsonAnswer:
-        version = engine.redact_version(DIALECT, memory_store_id, memory_version_id, actor=_actor(request))
+        version = engine.redact_version(DIALECT, memory_store_id, memory_version_id, actor=actor_of(request))
         return JsonAnswer(render_version(version, full=True))
 
     return router

@@ -40,10 +40,16 @@ def create_app(
     tokens: Sequence[str],
     fault_rate: float = 0.0,
     fault_seed: int | None = None,
+    cloud_paging: qoder.CloudPaging = "both",
 ) -> ASGIApp:
     """The whole server as an ASGI app (run it with :func:`memsync.server.run`, or any ASGI server
     whose HTTP protocol is :class:`~memsync.server.faults.TransportExposingH11Protocol` when faults
-    are on)."""
+    are on).
+
+    ``cloud_paging="next-page"`` makes Cloud listings page only by ``next_page`` (no
+    ``first_id``/``last_id``; ``after_id``/``before_id`` are a 400), a service variant that a client
+    must survive; the default ``"both"`` offers both ways.
+    """
     api = FastAPI(
         title="memsync reference Memory Store",
         version="1",
@@ -57,7 +63,9 @@ def create_app(
         qoder.build_router(engine, Dialect.FORWARD), prefix=FORWARD_BASE, dependencies=[Security(_bearer)]
     )
     api.include_router(
-        qoder.build_router(engine, Dialect.CLOUD), prefix=CLOUD_BASE, dependencies=[Security(_bearer)]
+        qoder.build_router(engine, Dialect.CLOUD, cloud_paging=cloud_paging),
+        prefix=CLOUD_BASE,
+        dependencies=[Security(_bearer)],
     )
     api.include_router(
         anthropic_api.build_router(engine),

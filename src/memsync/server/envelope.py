@@ -129,6 +129,8 @@ def _describe(error: Mapping[str, Any]) -> str:
     kind = str(error.get("type", ""))
     if kind == "missing":
         return "is required"
+    if kind == "extra_forbidden":
+        return "unknown field; this server refuses fields it does not know rather than ignoring them"
     if kind == "json_invalid":
         ctx = error.get("ctx") or {}
         return f"is not valid JSON ({ctx.get('error', 'decode error')})"

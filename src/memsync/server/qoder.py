@@ -5,6 +5,12 @@ memories, no ``system_managed``/``binding_info`` on stores, ``redacted_at`` only
 version), in 201 for creates, in a ``PUT`` update with ``{content, version}``, in versions also at
 ``/versions``, and in having no mounts and no ``Idempotency-Key`` requirement. Field names are those
 of seed 002 (``memory_store_id``, ``content_size_bytes``, ``memory_id``, ``path``, ``operation``).
+
+Cloud also takes what the official Cloud SDK (``qca.managed``, qca-sdk 0.11.0) sends, which follows
+the Anthropic API: ``page``/``next_page`` paging, ``view``, ``depth``, creation-time ranges, version
+filters and a delete precondition. Its answers add the SDK models' names beside seed 002's
+(``memory_version_id`` on memories, ``created_by``/``redacted_by`` on versions), and its version
+filter takes the SDK's ``modified`` for seed 002's ``updated``.
 """
 
 from __future__ import annotations
@@ -12,25 +18,53 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from fastapi import APIRouter, Body, Header, Query
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from pydantic import BaseModel
 
 from memsync.rules import Dialect
 
 from .clock import format_ms, format_optional_ms
 from .envelope import JsonAnswer, error_responses
+from .parameters import (
+    QODER_HEADERS,
+    CreatedRange,
+    RequestGuard,
+    VersionFilters,
+    View,
+    actor_of,
+    created_range,
+    id_cursor,
+    optional_sha256_param,
+    page_size,
+    version_filters,
+)
 from .problems import InvalidRequest
-from .storage import Engine, MemoryRow, MountRow, Page, StoreRow, VersionRow
+from .storage import (
+    Engine,
+    MemoryRow,
+    MountRow,
+    Page,
+    PrefixEntry,
+    StoreRow,
+    VersionRow,
+    decode_cursor,
+    encode_cursor,
+)
 from .wire import (
+    SHA256_HEX,
     CloudMemory,
     CloudMemoryList,
+    CloudMemoryNextPageList,
     CloudMemoryPut,
+    CloudMemoryUpdate,
     CloudStore,
     CloudStoreList,
+    CloudStoreNextPageList,
     CloudVersion,
     CloudVersionList,
+    CloudVersionNextPageList,
     Deleted,
     ForwardMemory,
     ForwardMemoryList,
@@ -50,6 +84,13 @@ from .wire import (
 )
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
+
+# "both": Cloud listings page by next_page and by after_id/before_id (first_id/last_id). "next-page":
+# only by next_page, as a service variant whose clients must follow next_page (the client's tests).
+CloudPaging = Literal["both", "next-page"]
+CLOUD_PAGING: tuple[CloudPaging, ...] = ("both", "next-page")
+# The Cloud SDK filters versions with Anthropic's "modified"; seed 002 names the operation "updated".
+CloudOperation = Literal["created", "updated", "modified", "deleted"]
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -90,6 +131,7 @@ def render_memory(memory: MemoryRow, dialect: Dialect, *, with_content: bool) ->
     answer["content_sha256"] = memory.content_sha256
     if dialect is Dialect.CLOUD:
         answer["version"] = memory.version
+        answer["memory_version_id"] = memory.head_version_id
     answer["metadata"] = memory.metadata
     answer["created_at"] = format_ms(memory.created_at)
     answer["updated_at"] = format_ms(memory.updated_at)
@@ -113,6 +155,9 @@ def render_version(version: VersionRow, dialect: Dialect, *, with_content: bool)
     if dialect is Dialect.FORWARD or version.redacted_at is not None:
         answer["redacted_at"] = format_optional_ms(version.redacted_at)
     answer["created_at"] = format_ms(version.created_at)
+    if dialect is Dialect.CLOUD:
+        answer["created_by"] = None if version.created_by is None else version.created_by.as_wire()
+        answer["redacted_by"] = None if version.redacted_by is None else version.redacted_by.as_wire()
     return answer
 
 
@@ -139,6 +184,52 @@ def id_page(page: Page[Any], data: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def cloud_page(
+    data: list[dict[str, Any]],
+    *,
+    has_more: bool,
+    next_page: str | None,
+    paging: CloudPaging,
+    ids: list[str] | None = None,
+) -> dict[str, Any]:
+    """A Cloud listing: ``next_page`` (null on the last page) beside ``has_more``, and unless the
+    server pages by next_page only, the ``first_id``/``last_id`` of the items (``ids``)."""
+    answer: dict[str, Any] = {"data": data}
+    if paging == "both":
+        ids = [item["id"] for item in data] if ids is None else ids
+        answer["first_id"] = ids[0] if ids else None
+        answer["last_id"] = ids[-1] if ids else None
+    answer["has_more"] = has_more
+    answer["next_page"] = next_page
+    return answer
+
+
+def cloud_id_page(page: Page[Any], data: list[dict[str, Any]], paging: CloudPaging) -> dict[str, Any]:
+    # The token is the after_id cursor in the page-token form Anthropic's listings use, so the same
+    # position always gives the same token, and page=<next_page> equals after_id=<last_id>.
+    next_page = encode_cursor("id", data[-1]["id"]) if page.more_after and data else None
+    return cloud_page(data, has_more=page.has_more, next_page=next_page, paging=paging)
+
+
+def cloud_cursor(
+    paging: CloudPaging, page: str | None, after_id: str | None, before_id: str | None
+) -> tuple[str | None, str | None]:
+    """The (after_id, before_id) a Cloud listing asks for; at most one of the three may be sent."""
+    if paging == "next-page":
+        for name, value in (("after_id", after_id), ("before_id", before_id)):
+            if value is not None:
+                raise InvalidRequest(
+                    name,
+                    "this server pages Cloud listings by next_page only (--cloud-paging next-page);"
+                    " send page=<the next_page of the previous page>",
+                )
+    cursors = (("page", page), ("after_id", after_id), ("before_id", before_id))
+    sent = [name for name, value in cursors if value is not None]
+    if len(sent) > 1:
+        raise InvalidRequest(sent[0], f"{' and '.join(sent)} are mutually exclusive; send one")
+    return (id_cursor(page) if page is not None else after_id), before_id
+
+
 # --- routes ------------------------------------------------------------------------------------
 
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
@@ -161,19 +252,38 @@ AfterId = Query(
 BeforeId = Query(
     None, min_length=1, description="Return the page before (newer than) this id. Excludes after_id."
 )
+# With --cloud-paging next-page the id cursors are still read, to be refused with a reason.
+HiddenAfterId = Query(None, include_in_schema=False)
+HiddenBeforeId = Query(None, include_in_schema=False)
+IdPageToken = Query(
+    None,
+    description="The `next_page` of the previous page (the same as after_id=<its last_id>).",
+    json_schema_extra={"pattern": r"^id:[\s\S]+$"},
+)
+MemoryPageToken = Query(
+    None,
+    description="The `next_page` of the previous page (depth=1 pages have their own tokens).",
+    json_schema_extra={"pattern": r"^(id|memory|prefix):[\s\S]+$"},
+)
+FullView = Query("full", description="basic leaves content out")
+BasicView = Query("basic", description="full includes content (at most 20 items per page)")
 
 
-def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
+def _with_content(view: View) -> bool:
+    return view == "full"
+
+
+def build_router(engine: Engine, dialect: Dialect, *, cloud_paging: CloudPaging = "both") -> APIRouter:
     """The routes of ``dialect`` (Forward or Cloud), to be mounted at its base path."""
     if dialect is Dialect.ANTHROPIC:
         raise ValueError("the Anthropic dialect has its own adapter")
+    if cloud_paging not in CLOUD_PAGING:
+        raise ValueError(f"cloud_paging must be one of {', '.join(CLOUD_PAGING)}, not {cloud_paging!r}")
     cloud = dialect is Dialect.CLOUD
     tag = dialect.value
-    router = APIRouter(tags=[tag])
+    router = APIRouter(tags=[tag], dependencies=[Depends(RequestGuard(QODER_HEADERS))])
     created = 201 if cloud else 200
     StoreModel = CloudStore if cloud else ForwardStore
-    MemoryModel = CloudMemory if cloud else ForwardMemory
-    VersionModel = CloudVersion if cloud else ForwardVersion
     op = f"{tag}_"
 
     # Stores -----------------------------------------------------------------------------------
@@ -193,7 +303,7 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
         status_code=created,
         responses=error_responses(400, 409),
         operation_id=op + "create_memory_store",
-        summary="Create a memory store",
+        summary="Create a memory store" + ("" if cloud else " (and mount it, with `mount`)"),
     )
     @_body_model(StoreCreate if cloud else ForwardStoreCreate)
     async def create_store(
@@ -204,45 +314,96 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
             raise InvalidRequest(
                 "Idempotency-Key", "header is required on store creation; send a unique key per new store"
             )
+        mount = body.mount if isinstance(body, ForwardStoreCreate) else None
+        if mount is not None and mount.access != "read_only":
+            raise InvalidRequest(
+                "mount.access",
+                "an explicit mount is always read_only (seed 000: only the system default store is"
+                " read_write); send read_only or leave access out",
+            )
+        request = body.model_dump()
+        if request.get("mount", False) is None:
+            # Left out, so that creates recorded before `mount` existed replay with the same key.
+            del request["mount"]
         fingerprint = hashlib.sha256(
-            json.dumps(body.model_dump(), sort_keys=True, ensure_ascii=False).encode("utf-8")
+            json.dumps(request, sort_keys=True, ensure_ascii=False).encode("utf-8")
         ).hexdigest()
-        store, _ = engine.create_store(
-            dialect,
-            name=body.name,
-            description=body.description,
-            metadata=body.metadata,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint,
-        )
+        # The create and its mount are one transaction: a refused mount leaves no store behind.
+        with engine.transaction():
+            store, replayed = engine.create_store(
+                dialect,
+                name=body.name,
+                description=body.description or "",
+                metadata=body.metadata,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+            )
+            if mount is not None and not replayed:
+                engine.mount(mount.identity_id, mount.template_id, store.id)
+                store = engine.get_store(dialect, store.id)
         # A replay answers like the original create (Forward 200, Cloud 201).
         return JsonAnswer(render_store(store, dialect), status_code=created)
 
-    system_managed_query = Query(
-        None, description="true: only system default stores; false: only user-created ones; absent: all."
-    )
+    if cloud:
 
-    @router.get(
-        "/memory_stores",
-        response_model=CloudStoreList if cloud else ForwardStoreList,
-        responses=error_responses(400),
-        operation_id=op + "list_memory_stores",
-        summary="List memory stores, newest first",
-    )
-    async def list_stores(
-        limit: int = Limit,
-        after_id: str | None = AfterId,
-        before_id: str | None = BeforeId,
-        system_managed: bool | None = system_managed_query,
-    ) -> JsonAnswer:
-        page = engine.list_stores(
-            dialect,
-            limit=limit,
-            after_id=after_id,
-            before_id=before_id,
-            system_managed=None if cloud else system_managed,
+        @router.get(
+            "/memory_stores",
+            response_model=CloudStoreList if cloud_paging == "both" else CloudStoreNextPageList,
+            responses=error_responses(400),
+            operation_id=op + "list_memory_stores",
+            summary="List memory stores, newest first",
         )
-        return JsonAnswer(id_page(page, [render_store(s, dialect) for s in page.items]))
+        async def list_cloud_stores(
+            limit: int = Limit,
+            page: str | None = IdPageToken,
+            after_id: str | None = AfterId if cloud_paging == "both" else HiddenAfterId,
+            before_id: str | None = BeforeId if cloud_paging == "both" else HiddenBeforeId,
+            include_archived: bool | None = Query(
+                None, description="false: active stores only; absent or true: archived ones too."
+            ),
+            created: CreatedRange = Depends(created_range),
+            name: str | None = Query(None, include_in_schema=False),
+        ) -> JsonAnswer:
+            if name is not None:
+                raise InvalidRequest(
+                    "name",
+                    "filtering stores by name is not implemented by the reference server; leave it out",
+                )
+            after, before = cloud_cursor(cloud_paging, page, after_id, before_id)
+            result = engine.list_stores(
+                dialect,
+                limit=limit,
+                after_id=after,
+                before_id=before,
+                include_archived=include_archived is not False,
+                created_gte=created.gte,
+                created_lte=created.lte,
+            )
+            data = [render_store(s, dialect) for s in result.items]
+            return JsonAnswer(cloud_id_page(result, data, cloud_paging))
+
+    else:
+
+        @router.get(
+            "/memory_stores",
+            response_model=ForwardStoreList,
+            responses=error_responses(400),
+            operation_id=op + "list_memory_stores",
+            summary="List memory stores, newest first",
+        )
+        async def list_forward_stores(
+            limit: int = Limit,
+            after_id: str | None = AfterId,
+            before_id: str | None = BeforeId,
+            system_managed: bool | None = Query(
+                None,
+                description="true: only system default stores; false: only user-created ones; absent: all.",
+            ),
+        ) -> JsonAnswer:
+            result = engine.list_stores(
+                dialect, limit=limit, after_id=after_id, before_id=before_id, system_managed=system_managed
+            )
+            return JsonAnswer(id_page(result, [render_store(s, dialect) for s in result.items]))
 
     @router.get(
         "/memory_stores/{memory_store_id}",
@@ -291,23 +452,51 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
 
     # Memories ---------------------------------------------------------------------------------
 
+    if cloud:
+        _add_cloud_memory_routes(router, engine, cloud_paging)
+    else:
+        _add_forward_memory_routes(router, engine)
+
+    # Versions ---------------------------------------------------------------------------------
+
+    version_collections = ["memory_versions", "versions"] if cloud else ["memory_versions"]
+    for collection in version_collections:
+        suffix = "" if collection == "memory_versions" else "_alias"
+        if cloud:
+            _add_cloud_version_list(router, engine, collection, suffix, cloud_paging)
+        else:
+            _add_forward_version_list(router, engine)
+        _add_version_routes(router, engine, dialect, collection, op, suffix)
+
+    if not cloud:
+        _add_mount_routes(router, engine, op)
+    return router
+
+
+def _add_forward_memory_routes(router: APIRouter, engine: Engine) -> None:
+    dialect, op = Dialect.FORWARD, "forward_"
+
     @router.post(
         "/memory_stores/{memory_store_id}/memories",
-        response_model=MemoryModel,
-        status_code=created,
+        response_model=ForwardMemory,
         responses=error_responses(400, 404, 409),
         operation_id=op + "create_memory",
         summary="Create a memory (409 if an active memory has the path, or the store is archived)",
     )
-    async def create_memory(memory_store_id: str, body: MemoryCreate) -> JsonAnswer:
+    async def create_memory(request: Request, memory_store_id: str, body: MemoryCreate) -> JsonAnswer:
         memory = engine.create_memory(
-            dialect, memory_store_id, path=body.path, content=body.content, metadata=body.metadata
+            dialect,
+            memory_store_id,
+            path=body.path,
+            content=body.content,
+            metadata=body.metadata,
+            actor=actor_of(request),
         )
-        return JsonAnswer(render_memory(memory, dialect, with_content=True), status_code=created)
+        return JsonAnswer(render_memory(memory, dialect, with_content=True))
 
     @router.get(
         "/memory_stores/{memory_store_id}/memories",
-        response_model=CloudMemoryList if cloud else ForwardMemoryList,
+        response_model=ForwardMemoryList,
         responses=error_responses(400, 404),
         operation_id=op + "list_memories",
         summary="List memories, newest first, without content",
@@ -332,7 +521,7 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
 
     @router.get(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
-        response_model=MemoryModel,
+        response_model=ForwardMemory,
         responses=error_responses(404),
         operation_id=op + "get_memory",
         summary="Get a memory with its content",
@@ -343,12 +532,14 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
 
     @router.post(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
-        response_model=MemoryModel,
+        response_model=ForwardMemory,
         responses=error_responses(400, 404, 409),
         operation_id=op + "update_memory",
         summary="Update a memory's content (content_sha256 is an optional precondition)",
     )
-    async def update_memory(memory_store_id: str, memory_id: str, body: MemoryUpdate) -> JsonAnswer:
+    async def update_memory(
+        request: Request, memory_store_id: str, memory_id: str, body: MemoryUpdate
+    ) -> JsonAnswer:
         memory = engine.update_memory(
             dialect,
             memory_store_id,
@@ -357,63 +548,223 @@ def build_router(engine: Engine, dialect: Dialect) -> APIRouter:
             path=body.path,
             metadata=body.metadata,
             expected_sha256=body.content_sha256,
+            actor=actor_of(request),
         )
         return JsonAnswer(render_memory(memory, dialect, with_content=True))
-
-    if cloud:
-
-        @router.put(
-            "/memory_stores/{memory_store_id}/memories/{memory_id}",
-            response_model=CloudMemory,
-            responses=error_responses(400, 404, 409),
-            operation_id=op + "replace_memory",
-            summary="Update a memory's content with the current integer version (stale: 409)",
-        )
-        async def put_memory(memory_store_id: str, memory_id: str, body: CloudMemoryPut) -> JsonAnswer:
-            memory = engine.update_memory(
-                dialect, memory_store_id, memory_id, content=body.content, expected_version=body.version
-            )
-            return JsonAnswer(render_memory(memory, dialect, with_content=True))
 
     @router.delete(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
         response_model=Deleted,
         responses=error_responses(404, 409),
         operation_id=op + "delete_memory",
-        summary="Delete a memory (writes a tombstone version)",
+        summary="Delete a memory (writes a tombstone version; Forward takes no precondition)",
     )
-    async def delete_memory(memory_store_id: str, memory_id: str) -> JsonAnswer:
-        engine.delete_memory(dialect, memory_store_id, memory_id)
+    async def delete_memory(request: Request, memory_store_id: str, memory_id: str) -> JsonAnswer:
+        engine.delete_memory(dialect, memory_store_id, memory_id, actor=actor_of(request))
         return JsonAnswer({"id": memory_id, "type": "memory_deleted", "deleted": True})
 
-    # Versions ---------------------------------------------------------------------------------
 
-    version_collections = ["memory_versions", "versions"] if cloud else ["memory_versions"]
-    for collection in version_collections:
-        suffix = "" if collection == "memory_versions" else "_alias"
-        _add_version_routes(router, engine, dialect, collection, op, suffix, VersionModel)
+def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPaging) -> None:
+    dialect, op = Dialect.CLOUD, "cloud_"
+    both = paging == "both"
 
-    if not cloud:
-        _add_mount_routes(router, engine, op)
-    return router
-
-
-def _add_version_routes(
-    router: APIRouter,
-    engine: Engine,
-    dialect: Dialect,
-    collection: str,
-    op: str,
-    suffix: str,
-    version_model: type[ForwardVersion] | type[CloudVersion],
-) -> None:
-    list_model = CloudVersionList if dialect is Dialect.CLOUD else ForwardVersionList
+    @router.post(
+        "/memory_stores/{memory_store_id}/memories",
+        response_model=CloudMemory,
+        status_code=201,
+        responses=error_responses(400, 404, 409),
+        operation_id=op + "create_memory",
+        summary="Create a memory (409 if an active memory has the path, or the store is archived)",
+    )
+    async def create_memory(
+        request: Request, memory_store_id: str, body: MemoryCreate, view: View = FullView
+    ) -> JsonAnswer:
+        memory = engine.create_memory(
+            dialect,
+            memory_store_id,
+            path=body.path,
+            content=body.content,
+            metadata=body.metadata,
+            actor=actor_of(request),
+        )
+        return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)), status_code=201)
 
     @router.get(
-        f"/memory_stores/{{memory_store_id}}/{collection}",
-        response_model=list_model,
+        "/memory_stores/{memory_store_id}/memories",
+        response_model=CloudMemoryList if both else CloudMemoryNextPageList,
         responses=error_responses(400, 404),
-        operation_id=f"{op}list_memory_versions{suffix}",
+        operation_id=op + "list_memories",
+        summary="List memories newest first (depth=1: direct children in path order, directories rolled up)",
+    )
+    async def list_memories(
+        memory_store_id: str,
+        limit: int = Limit,
+        page: str | None = MemoryPageToken,
+        after_id: str | None = AfterId if both else HiddenAfterId,
+        before_id: str | None = BeforeId if both else HiddenBeforeId,
+        path_prefix: str | None = Query(None, description="A plain string prefix: `a/b` matches `a/bc.md`."),
+        depth: int = Query(
+            0,
+            ge=0,
+            le=1,
+            description="0: every memory below the prefix, newest first; 1: direct children only, in"
+            " path order, deeper paths rolled up into memory_prefix items (the prefix must be empty"
+            " or end with `/`).",
+        ),
+        view: View = BasicView,
+    ) -> JsonAnswer:
+        full = _with_content(view)
+        if depth == 1:
+            return JsonAnswer(
+                _list_by_directory(
+                    engine, memory_store_id, paging, limit, page, after_id, before_id, path_prefix, view
+                )
+            )
+        after, before = cloud_cursor(paging, page, after_id, before_id)
+        result = engine.list_memories(
+            dialect,
+            memory_store_id,
+            limit=page_size(limit, view),
+            after_id=after,
+            before_id=before,
+            path_prefix=path_prefix,
+        )
+        data = [render_memory(m, dialect, with_content=full) for m in result.items]
+        return JsonAnswer(cloud_id_page(result, data, paging))
+
+    @router.get(
+        "/memory_stores/{memory_store_id}/memories/{memory_id}",
+        response_model=CloudMemory,
+        responses=error_responses(400, 404),
+        operation_id=op + "get_memory",
+        summary="Get a memory with its content",
+    )
+    async def get_memory(memory_store_id: str, memory_id: str, view: View = FullView) -> JsonAnswer:
+        memory = engine.get_memory(dialect, memory_store_id, memory_id)
+        return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)))
+
+    @router.post(
+        "/memory_stores/{memory_store_id}/memories/{memory_id}",
+        response_model=CloudMemory,
+        responses=error_responses(400, 404, 409),
+        operation_id=op + "update_memory",
+        summary="Update a memory (content_sha256 is an optional precondition; content may be left out)",
+    )
+    async def update_memory(
+        request: Request, memory_store_id: str, memory_id: str, body: CloudMemoryUpdate, view: View = FullView
+    ) -> JsonAnswer:
+        memory = engine.update_memory(
+            dialect,
+            memory_store_id,
+            memory_id,
+            content=body.content,
+            path=body.path,
+            metadata=body.metadata,
+            expected_sha256=body.content_sha256,
+            actor=actor_of(request),
+        )
+        return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)))
+
+    @router.put(
+        "/memory_stores/{memory_store_id}/memories/{memory_id}",
+        response_model=CloudMemory,
+        responses=error_responses(400, 404, 409),
+        operation_id=op + "replace_memory",
+        summary="Update a memory's content with the current integer version (stale: 409)",
+    )
+    async def put_memory(
+        request: Request, memory_store_id: str, memory_id: str, body: CloudMemoryPut, view: View = FullView
+    ) -> JsonAnswer:
+        memory = engine.update_memory(
+            dialect,
+            memory_store_id,
+            memory_id,
+            content=body.content,
+            expected_version=body.version,
+            actor=actor_of(request),
+        )
+        return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)))
+
+    @router.delete(
+        "/memory_stores/{memory_store_id}/memories/{memory_id}",
+        response_model=Deleted,
+        responses=error_responses(400, 404, 409),
+        operation_id=op + "delete_memory",
+        summary="Delete a memory (writes a tombstone version), optionally only if its hash is as expected",
+    )
+    async def delete_memory(
+        request: Request,
+        memory_store_id: str,
+        memory_id: str,
+        expected_content_sha256: str | None = Query(
+            None,
+            description="Delete only if the stored content has this hash (else 409, nothing deleted).",
+            json_schema_extra={"pattern": SHA256_HEX},
+        ),
+    ) -> JsonAnswer:
+        engine.delete_memory(
+            dialect,
+            memory_store_id,
+            memory_id,
+            expected_sha256=optional_sha256_param("expected_content_sha256", expected_content_sha256),
+            actor=actor_of(request),
+        )
+        return JsonAnswer({"id": memory_id, "type": "memory_deleted", "deleted": True})
+
+
+def _list_by_directory(
+    engine: Engine,
+    store_id: str,
+    paging: CloudPaging,
+    limit: int,
+    page: str | None,
+    after_id: str | None,
+    before_id: str | None,
+    path_prefix: str | None,
+    view: View,
+) -> dict[str, Any]:
+    """A Cloud ``depth=1`` listing: the engine's path-order walk that Anthropic's listing uses, with
+    Cloud's relative paths (an empty prefix is the root). Ids do not order it, so only ``page``
+    continues it, and its ``first_id``/``last_id`` are those of its first and last memory."""
+    cloud_cursor(paging, None, after_id, before_id)
+    for name, value in (("after_id", after_id), ("before_id", before_id)):
+        if value is not None:
+            raise InvalidRequest(name, "depth=1 lists in path order; continue it with page=<next_page>")
+    prefix = path_prefix or ""
+    if prefix and not prefix.endswith("/"):
+        raise InvalidRequest("path_prefix", "with depth=1 must be empty or a directory ending in '/'")
+    items, cursor = engine.list_memories_by_path(
+        Dialect.CLOUD,
+        store_id,
+        limit=page_size(limit, view),
+        prefix=prefix,
+        depth=1,
+        cursor=None if page is None else decode_cursor(page, ("memory", "prefix")),
+    )
+    full = _with_content(view)
+    data = [
+        {"type": "memory_prefix", "path": item.path}
+        if isinstance(item, PrefixEntry)
+        else render_memory(item, Dialect.CLOUD, with_content=full)
+        for item in items
+    ]
+    return cloud_page(
+        data,
+        has_more=cursor is not None,
+        next_page=None if cursor is None else encode_cursor(*cursor),
+        paging=paging,
+        ids=[item["id"] for item in data if item["type"] == "memory"],
+    )
+
+
+def _add_forward_version_list(router: APIRouter, engine: Engine) -> None:
+    dialect = Dialect.FORWARD
+
+    @router.get(
+        "/memory_stores/{memory_store_id}/memory_versions",
+        response_model=ForwardVersionList,
+        responses=error_responses(400, 404),
+        operation_id="forward_list_memory_versions",
         summary="List versions, newest first, without content",
     )
     async def list_versions(
@@ -431,16 +782,80 @@ def _add_version_routes(
         data = [render_version(v, dialect, with_content=False) for v in page.items]
         return JsonAnswer(id_page(page, data))
 
+
+def _add_cloud_version_list(
+    router: APIRouter, engine: Engine, collection: str, suffix: str, paging: CloudPaging
+) -> None:
+    dialect = Dialect.CLOUD
+    both = paging == "both"
+
     @router.get(
-        f"/memory_stores/{{memory_store_id}}/{collection}/{{memory_version_id}}",
-        response_model=version_model,
-        responses=error_responses(404),
-        operation_id=f"{op}get_memory_version{suffix}",
-        summary="Get a version with its content (null if redacted or a tombstone)",
+        f"/memory_stores/{{memory_store_id}}/{collection}",
+        response_model=CloudVersionList if both else CloudVersionNextPageList,
+        responses=error_responses(400, 404),
+        operation_id=f"cloud_list_memory_versions{suffix}",
+        summary="List versions, newest first (view=full: with content, at most 20 per page)",
     )
-    async def get_version(memory_store_id: str, memory_version_id: str) -> JsonAnswer:
-        version = engine.get_version(dialect, memory_store_id, memory_version_id)
-        return JsonAnswer(render_version(version, dialect, with_content=True))
+    async def list_versions(
+        memory_store_id: str,
+        limit: int = Limit,
+        page: str | None = IdPageToken,
+        after_id: str | None = AfterId if both else HiddenAfterId,
+        before_id: str | None = BeforeId if both else HiddenBeforeId,
+        filters: VersionFilters = Depends(version_filters),
+        operation: CloudOperation | None = Query(None, description="`modified` is the same as `updated`."),
+        view: View = BasicView,
+    ) -> JsonAnswer:
+        after, before = cloud_cursor(paging, page, after_id, before_id)
+        result = engine.list_versions(
+            dialect,
+            memory_store_id,
+            limit=page_size(limit, view),
+            after_id=after,
+            before_id=before,
+            memory_id=filters.memory_id,
+            operation="updated" if operation == "modified" else operation,
+            created_gte=filters.created.gte,
+            created_lte=filters.created.lte,
+            actors=filters.actors,
+        )
+        data = [render_version(v, dialect, with_content=_with_content(view)) for v in result.items]
+        return JsonAnswer(cloud_id_page(result, data, paging))
+
+
+def _add_version_routes(
+    router: APIRouter, engine: Engine, dialect: Dialect, collection: str, op: str, suffix: str
+) -> None:
+    cloud = dialect is Dialect.CLOUD
+    version_model = CloudVersion if cloud else ForwardVersion
+
+    if cloud:
+
+        @router.get(
+            f"/memory_stores/{{memory_store_id}}/{collection}/{{memory_version_id}}",
+            response_model=version_model,
+            responses=error_responses(400, 404),
+            operation_id=f"{op}get_memory_version{suffix}",
+            summary="Get a version with its content (null if redacted or a tombstone)",
+        )
+        async def get_cloud_version(
+            memory_store_id: str, memory_version_id: str, view: View = FullView
+        ) -> JsonAnswer:
+            version = engine.get_version(dialect, memory_store_id, memory_version_id)
+            return JsonAnswer(render_version(version, dialect, with_content=_with_content(view)))
+
+    else:
+
+        @router.get(
+            f"/memory_stores/{{memory_store_id}}/{collection}/{{memory_version_id}}",
+            response_model=version_model,
+            responses=error_responses(404),
+            operation_id=f"{op}get_memory_version{suffix}",
+            summary="Get a version with its content (null if redacted or a tombstone)",
+        )
+        async def get_forward_version(memory_store_id: str, memory_version_id: str) -> JsonAnswer:
+            version = engine.get_version(dialect, memory_store_id, memory_version_id)
+            return JsonAnswer(render_version(version, dialect, with_content=True))
 
     @router.post(
         f"/memory_stores/{{memory_store_id}}/{collection}/{{memory_version_id}}/redact",
@@ -449,8 +864,8 @@ def _add_version_routes(
         operation_id=f"{op}redact_memory_version{suffix}",
         summary="Redact a version's content for good (size and hash stay; a second redaction is a 409)",
     )
-    async def redact_version(memory_store_id: str, memory_version_id: str) -> JsonAnswer:
-        version = engine.redact_version(dialect, memory_store_id, memory_version_id)
+    async def redact_version(request: Request, memory_store_id: str, memory_version_id: str) -> JsonAnswer:
+        version = engine.redact_version(dialect, memory_store_id, memory_version_id, actor=actor_of(request))
         return JsonAnswer(render_version(version, dialect, with_content=True))
 
 

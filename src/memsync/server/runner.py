@@ -19,6 +19,7 @@ from memsync.errors import EnvironmentProblem, UsageError
 from .app import create_app
 from .clock import parse_duration
 from .faults import TransportExposingH11Protocol
+from .qoder import CLOUD_PAGING, CloudPaging
 from .seeding import load_seed_file
 from .storage import Engine
 
@@ -98,6 +99,7 @@ def run(
     fault_rate: float,
     fault_seed: int | None,
     version_retention: str | None,
+    cloud_paging: CloudPaging = "both",
 ) -> None:
     """Serve the reference Memory Store until SIGTERM or SIGINT (then return normally).
 
@@ -108,6 +110,8 @@ def run(
         raise UsageError("the server needs a token: pass --token TOKEN or set MEMSYNC_SERVER_TOKEN")
     if not 0.0 <= fault_rate <= 1.0:
         raise UsageError(f"--fault-rate {fault_rate} is not a share between 0 and 1")
+    if cloud_paging not in CLOUD_PAGING:
+        raise UsageError(f"--cloud-paging {cloud_paging!r} is not one of {', '.join(CLOUD_PAGING)}")
     db_path = default_db_path() if db is None else db
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +122,9 @@ def run(
     try:
         if seed_file is not None:
             load_seed_file(engine, seed_file)
-        app = create_app(engine, tokens=tokens, fault_rate=fault_rate, fault_seed=fault_seed)
+        app = create_app(
+            engine, tokens=tokens, fault_rate=fault_rate, fault_seed=fault_seed, cloud_paging=cloud_paging
+        )
         sock = bind_socket(host, port)
         bound_port = sock.getsockname()[1]
         config = uvicorn.Config(

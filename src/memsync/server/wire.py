@@ -1,10 +1,11 @@
 """The server's own wire models: request bodies it accepts and the objects it answers, per dialect.
 
 Requests are validated by FastAPI against these models (a failure becomes a 400 naming the field,
-never a 422) and then by :mod:`memsync.rules` inside the engine. Responses are rendered as plain
-dicts by the route adapters for speed and exact control over which keys appear (list items carry
-no ``content`` key at all); the response models here document them in ``/openapi.json`` and the
-tests validate real answers against them.
+never a 422) and then by :mod:`memsync.rules` inside the engine. Request models forbid fields they
+do not declare (api.md §6: an unknown field is a 400 naming it, never silently dropped). Responses
+are rendered as plain dicts by the route adapters for speed and exact control over which keys
+appear (list items carry no ``content`` key at all); the response models here document them in
+``/openapi.json`` and the tests validate real answers against them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 # --- schema annotations ------------------------------------------------------------------------
 # These only describe the rules in /openapi.json (so a schema-driven fuzzer generates valid data);
@@ -88,19 +89,65 @@ class Deleted(BaseModel):
     deleted: bool
 
 
+# Who wrote or redacted a version (Anthropic's and Cloud's ``created_by`` / ``redacted_by``).
+class SessionActor(BaseModel):
+    type: Literal["session_actor"]
+    session_id: str
+
+
+class ApiActor(BaseModel):
+    type: Literal["api_actor"]
+    api_key_id: str
+
+
+class UserActor(BaseModel):
+    type: Literal["user_actor"]
+    user_id: str
+
+
+class ServiceAccountActor(BaseModel):
+    type: Literal["service_account_actor"]
+    service_account_id: str
+
+
+ActorModel = Annotated[SessionActor | ApiActor | UserActor | ServiceAccountActor, Field(discriminator="type")]
+
+
 # --- Forward and Cloud requests ---------------------------------------------------------------
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
 
 class StoreCreate(_Request):
     """Cloud store creation (Forward's reserves ``created_by`` and one key)."""
 
     name: str = Field(json_schema_extra=STORE_NAME)
-    description: str = Field(default="", json_schema_extra=STORE_DESCRIPTION)
+    description: str | None = Field(
+        default="",
+        description="null is the empty description (the SDKs send null for None).",
+        json_schema_extra=STORE_DESCRIPTION,
+    )
     metadata: dict[str, str] | None = Field(default=None, json_schema_extra=_metadata(16))
+
+    @field_validator("description")
+    @classmethod
+    def _null_is_empty(cls, value: str | None) -> str:
+        # Stored as "" so an idempotent create's fingerprint is the same whichever was sent.
+        return "" if value is None else value
+
+
+class StoreMount(_Request):
+    """Forward create's ``mount`` (qca ``MemoryStoreCreateMountParam``): mount the new store at once."""
+
+    identity_id: str = Field(min_length=1)
+    template_id: str = Field(min_length=1)
+    access: Literal["read_only", "read_write"] = Field(
+        default="read_only",
+        description="Explicit mounts are always read_only (seed 000); read_write is refused.",
+        json_schema_extra={"enum": ["read_only"]},
+    )
 
 
 class ForwardStoreCreate(StoreCreate):
@@ -108,6 +155,9 @@ class ForwardStoreCreate(StoreCreate):
         default=None,
         description="`created_by` is reserved (the server sets it to `forward`).",
         json_schema_extra=_metadata(15, reserved=("created_by",)),
+    )
+    mount: StoreMount | None = Field(
+        default=None, description="Mount the new store on this (identity, template) in the same step."
     )
 
 
@@ -133,8 +183,7 @@ class MemoryCreate(_Request):
     metadata: dict[str, str] | None = Field(default=None, json_schema_extra=_metadata(16))
 
 
-class MemoryUpdate(_Request):
-    content: str = Field(json_schema_extra=FORWARD_CONTENT)
+class _MemoryChange(_Request):
     content_sha256: str | None = Field(default=None, description="Precondition: the stored content's hash.")
     metadata: dict[str, str] | None = Field(
         default=None, description="Replaces the whole map.", json_schema_extra=_metadata(16)
@@ -144,6 +193,16 @@ class MemoryUpdate(_Request):
         description="Must equal the current path (a move is delete + create).",
         json_schema_extra=FORWARD_PATH,
     )
+
+
+class MemoryUpdate(_MemoryChange):
+    content: str = Field(json_schema_extra=FORWARD_CONTENT)
+
+
+class CloudMemoryUpdate(_MemoryChange):
+    """The Cloud SDK's update (qca.managed): content may be left out (or null) to keep it."""
+
+    content: str | None = Field(default=None, json_schema_extra=FORWARD_CONTENT)
 
 
 class CloudMemoryPut(_Request):
@@ -240,6 +299,18 @@ class _IdPage(BaseModel):
     has_more: bool
 
 
+class _NextPage(BaseModel):
+    """Cloud's paging as qca.managed follows it: ``page=<next_page>`` until ``next_page`` is null."""
+
+    has_more: bool
+    next_page: str | None
+
+
+class _IdNextPage(_NextPage):
+    first_id: str | None
+    last_id: str | None
+
+
 class ForwardStoreList(_IdPage):
     data: list[ForwardStore]
 
@@ -270,15 +341,28 @@ class CloudStore(BaseModel):
 
 
 class CloudMemoryItem(ForwardMemoryItem):
+    """Lists leave ``content`` out unless ``view=full``."""
+
     version: int
+    memory_version_id: str = Field(description="The head version (the qca.managed model's name).")
+    content: str | None = None
 
 
 class CloudMemory(CloudMemoryItem):
-    content: str
+    """Create, update and retrieve include ``content`` unless ``view=basic``."""
+
+
+class CloudMemoryPrefix(BaseModel):
+    """A directory of a ``depth=1`` listing (ends with ``/``)."""
+
+    type: Literal["memory_prefix"]
+    path: str
 
 
 class CloudVersionItem(BaseModel):
-    """Seed 002: ``redacted_at`` appears only on a redacted version."""
+    """Seed 002: ``redacted_at`` appears only on a redacted version. ``created_by`` and
+    ``redacted_by`` are the qca.managed model's (as Anthropic's). Lists leave ``content`` out unless
+    ``view=full``."""
 
     id: str
     type: Literal["memory_version"]
@@ -291,21 +375,40 @@ class CloudVersionItem(BaseModel):
     redacted: bool
     redacted_at: datetime | None = None
     created_at: datetime
+    created_by: ActorModel | None
+    redacted_by: ActorModel | None
+    content: str | None = None
 
 
 class CloudVersion(CloudVersionItem):
-    content: str | None
+    """A retrieve or redact includes ``content`` (null if redacted or a tombstone) unless ``view=basic``."""
 
 
-class CloudStoreList(_IdPage):
+CloudMemoryListItem = Annotated[CloudMemoryItem | CloudMemoryPrefix, Field(discriminator="type")]
+
+
+class CloudStoreList(_IdNextPage):
     data: list[CloudStore]
 
 
-class CloudMemoryList(_IdPage):
-    data: list[CloudMemoryItem]
+class CloudMemoryList(_IdNextPage):
+    data: list[CloudMemoryListItem]
 
 
-class CloudVersionList(_IdPage):
+class CloudVersionList(_IdNextPage):
+    data: list[CloudVersionItem]
+
+
+# With --cloud-paging next-page the listings carry no first_id / last_id.
+class CloudStoreNextPageList(_NextPage):
+    data: list[CloudStore]
+
+
+class CloudMemoryNextPageList(_NextPage):
+    data: list[CloudMemoryListItem]
+
+
+class CloudVersionNextPageList(_NextPage):
     data: list[CloudVersionItem]
 
 
@@ -380,29 +483,6 @@ class AnthropicMemory(BaseModel):
 class AnthropicMemoryPrefix(BaseModel):
     type: Literal["memory_prefix"]
     path: str
-
-
-class SessionActor(BaseModel):
-    type: Literal["session_actor"]
-    session_id: str
-
-
-class ApiActor(BaseModel):
-    type: Literal["api_actor"]
-    api_key_id: str
-
-
-class UserActor(BaseModel):
-    type: Literal["user_actor"]
-    user_id: str
-
-
-class ServiceAccountActor(BaseModel):
-    type: Literal["service_account_actor"]
-    service_account_id: str
-
-
-ActorModel = Annotated[SessionActor | ApiActor | UserActor | ServiceAccountActor, Field(discriminator="type")]
 
 
 class AnthropicVersion(BaseModel):
