@@ -267,3 +267,13 @@ def test_a_view_is_never_taken_for_a_mirror(pair: Pair, tmp_path: Path) -> None:
     with pytest.raises(MirrorError, match="not a memsync mirror"):
         Mirror.open(view)
     assert git(view, "config", "memsync.viewformat").strip() == "1"
+
+
+def test_a_respelled_file_is_no_change_of_its_memory(pair: Pair, tmp_path: Path) -> None:
+    store = pair.store({"x": "a file named x\n", "x/y.md": "a file under a folder named x\n"})
+    pair.client.mount_store(pair.identity, pair.template, store.id)
+    view = Path(build(pair, tmp_path / "mirrors").path)
+    # Creating x/y.md respelt the store's x as x%_: the view's commit names x/y.md alone.
+    assert trailers(view)["Memory-Path"] == ["x/y.md"]
+    assert tree_files(view)["x%_"] == "a file named x\n"
+    assert git(view, "status", "--porcelain") == ""

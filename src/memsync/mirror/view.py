@@ -172,17 +172,19 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
                 diff = commit.parents[0].tree.diff_to_tree(tree)
             else:
                 diff = tree.diff_to_tree(swap=True)
-            removed: dict[str, str | None] = {}
-            added: dict[str, str | None] = {}
+            removed: dict[str, str] = {}
+            added: dict[str, str] = {}
             for delta in diff.deltas:
                 if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                    removed[decode_path(delta.old_file.path)] = None
+                    removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
                 if delta.status is not DeltaStatus.DELETED:
                     added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
             author, committer = Identity.of(commit.author), Identity.of(commit.committer)
         # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
-        # addition of the same memory path: the addition wins.
-        yield StoreCommit(commit_id, version, author, committer, {**removed, **added})
+        # addition of the same memory path with the same blob: no change of that memory at all.
+        changes: dict[str, str | None] = {path: None for path in removed if path not in added}
+        changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
+        yield StoreCommit(commit_id, version, author, committer, changes)
 
 
 def descends_from(mirror: Mirror, commit: str, ancestor: str) -> bool:
