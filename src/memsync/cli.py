@@ -96,10 +96,10 @@ def config_path(ctx: click.Context) -> str | None:
 )
 @click.option(
     "--cloud-paging",
-    type=click.Choice(["both", "next-page"]),
+    type=click.Choice(["both", "next-page", "after-id"]),
     default="both",
     show_default=True,
-    help="How Cloud listings page: next_page and after_id/before_id, or next_page only.",
+    help="How Cloud listings page: next_page and after_id/before_id, next_page only, or the ids only.",
 )
 def server(**options: Any) -> None:
     """Run the reference Memory Store server (Forward, Cloud and Anthropic dialects)."""

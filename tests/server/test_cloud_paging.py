@@ -133,6 +133,41 @@ def test_next_page_only_mode_refuses_id_cursors(server_factory: Factory) -> None
     assert not {p["name"] for p in listing["parameters"]} & {"after_id", "before_id"}
 
 
+def test_after_id_only_mode_sends_no_next_page_and_refuses_tokens(server_factory: Factory) -> None:
+    """The seeds' generation of Cloud: ids and has_more only; a page token or depth=1 is a 400."""
+    server = server_factory("--cloud-paging", "after-id")
+    with dialect_client(server, CLOUD) as cloud:
+        sid = filled_store(cloud, 3)
+        for url, count in (
+            ("/memory_stores", 1),
+            (f"/memory_stores/{sid}/memories", 3),
+            (f"/memory_stores/{sid}/versions", 6),
+        ):
+            pages = [ok(cloud.get(url, params={"limit": 2}))]
+            while pages[-1]["has_more"]:
+                pages.append(ok(cloud.get(url, params={"limit": 2, "after_id": pages[-1]["last_id"]})))
+            assert len(ids(pages)) == count
+            for page in pages:
+                assert set(page) == {"data", "first_id", "last_id", "has_more"}
+            body = expect_error(
+                cloud.get(url, params={"page": f"id:{ids(pages)[0]}"}), 400, "invalid_request_error", "page"
+            )
+            assert "after_id" in body["error"]["message"]
+        expect_error(
+            cloud.get(f"/memory_stores/{sid}/memories", params={"depth": 1}),
+            400,
+            "invalid_request_error",
+            "depth",
+        )
+        wire.CloudStoreIdList.model_validate(ok(cloud.get("/memory_stores")))
+        wire.CloudMemoryIdList.model_validate(ok(cloud.get(f"/memory_stores/{sid}/memories")))
+        wire.CloudVersionIdList.model_validate(ok(cloud.get(f"/memory_stores/{sid}/versions")))
+        schema = ok(httpx.get(server.base_url + "/openapi.json"))
+    listing = schema["paths"][CLOUD + "/memory_stores"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {"after_id", "before_id", "limit"}
+    assert "page" not in {p["name"] for p in listing["parameters"]}
+
+
 def test_an_unknown_cloud_paging_mode_stops_the_start(server_factory: Factory) -> None:
     with pytest.raises(RuntimeError, match="cloud-paging"):
         server_factory("--cloud-paging", "sometimes")

@@ -55,14 +55,17 @@ from .storage import (
 from .wire import (
     SHA256_HEX,
     CloudMemory,
+    CloudMemoryIdList,
     CloudMemoryList,
     CloudMemoryNextPageList,
     CloudMemoryPut,
     CloudMemoryUpdate,
     CloudStore,
+    CloudStoreIdList,
     CloudStoreList,
     CloudStoreNextPageList,
     CloudVersion,
+    CloudVersionIdList,
     CloudVersionList,
     CloudVersionNextPageList,
     Deleted,
@@ -86,9 +89,19 @@ from .wire import (
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 
 # "both": Cloud listings page by next_page and by after_id/before_id (first_id/last_id). "next-page":
-# only by next_page, as a service variant whose clients must follow next_page (the client's tests).
-CloudPaging = Literal["both", "next-page"]
-CLOUD_PAGING: tuple[CloudPaging, ...] = ("both", "next-page")
+# only by next_page, as a service variant whose clients must follow next_page; "after-id": only by
+# the ids, as the seeds' generation of Cloud does (no next_page). Clients must survive all three.
+CloudPaging = Literal["both", "next-page", "after-id"]
+CLOUD_PAGING: tuple[CloudPaging, ...] = ("both", "next-page", "after-id")
+
+
+def _list_model(
+    paging: CloudPaging, both: type[BaseModel], tokens: type[BaseModel], ids: type[BaseModel]
+) -> Any:
+    """The documented answer of a Cloud listing under ``paging``."""
+    return {"both": both, "next-page": tokens, "after-id": ids}[paging]
+
+
 # The Cloud SDK filters versions with Anthropic's "modified"; seed 002 names the operation "updated".
 CloudOperation = Literal["created", "updated", "modified", "deleted"]
 
@@ -195,12 +208,13 @@ def cloud_page(
     """A Cloud listing: ``next_page`` (null on the last page) beside ``has_more``, and unless the
     server pages by next_page only, the ``first_id``/``last_id`` of the items (``ids``)."""
     answer: dict[str, Any] = {"data": data}
-    if paging == "both":
+    if paging != "next-page":
         ids = [item["id"] for item in data] if ids is None else ids
         answer["first_id"] = ids[0] if ids else None
         answer["last_id"] = ids[-1] if ids else None
     answer["has_more"] = has_more
-    answer["next_page"] = next_page
+    if paging != "after-id":
+        answer["next_page"] = next_page
     return answer
 
 
@@ -215,6 +229,12 @@ def cloud_cursor(
     paging: CloudPaging, page: str | None, after_id: str | None, before_id: str | None
 ) -> tuple[str | None, str | None]:
     """The (after_id, before_id) a Cloud listing asks for; at most one of the three may be sent."""
+    if paging == "after-id" and page is not None:
+        raise InvalidRequest(
+            "page",
+            "this server pages Cloud listings by after_id only (--cloud-paging after-id);"
+            " send after_id=<the last_id of the previous page>",
+        )
     if paging == "next-page":
         for name, value in (("after_id", after_id), ("before_id", before_id)):
             if value is not None:
@@ -252,9 +272,11 @@ AfterId = Query(
 BeforeId = Query(
     None, min_length=1, description="Return the page before (newer than) this id. Excludes after_id."
 )
-# With --cloud-paging next-page the id cursors are still read, to be refused with a reason.
+# With --cloud-paging next-page the id cursors are still read, to be refused with a reason; with
+# after-id, the page token is.
 HiddenAfterId = Query(None, include_in_schema=False)
 HiddenBeforeId = Query(None, include_in_schema=False)
+HiddenPage = Query(None, include_in_schema=False)
 IdPageToken = Query(
     None,
     description="The `next_page` of the previous page (the same as after_id=<its last_id>).",
@@ -348,16 +370,18 @@ def build_router(engine: Engine, dialect: Dialect, *, cloud_paging: CloudPaging 
 
         @router.get(
             "/memory_stores",
-            response_model=CloudStoreList if cloud_paging == "both" else CloudStoreNextPageList,
+            response_model=_list_model(
+                cloud_paging, CloudStoreList, CloudStoreNextPageList, CloudStoreIdList
+            ),
             responses=error_responses(400),
             operation_id=op + "list_memory_stores",
             summary="List memory stores, newest first",
         )
         async def list_cloud_stores(
             limit: int = Limit,
-            page: str | None = IdPageToken,
-            after_id: str | None = AfterId if cloud_paging == "both" else HiddenAfterId,
-            before_id: str | None = BeforeId if cloud_paging == "both" else HiddenBeforeId,
+            page: str | None = HiddenPage if cloud_paging == "after-id" else IdPageToken,
+            after_id: str | None = HiddenAfterId if cloud_paging == "next-page" else AfterId,
+            before_id: str | None = HiddenBeforeId if cloud_paging == "next-page" else BeforeId,
             include_archived: bool | None = Query(
                 None, description="false: active stores only; absent or true: archived ones too."
             ),
@@ -566,7 +590,6 @@ def _add_forward_memory_routes(router: APIRouter, engine: Engine) -> None:
 
 def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPaging) -> None:
     dialect, op = Dialect.CLOUD, "cloud_"
-    both = paging == "both"
 
     @router.post(
         "/memory_stores/{memory_store_id}/memories",
@@ -591,7 +614,7 @@ def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPag
 
     @router.get(
         "/memory_stores/{memory_store_id}/memories",
-        response_model=CloudMemoryList if both else CloudMemoryNextPageList,
+        response_model=_list_model(paging, CloudMemoryList, CloudMemoryNextPageList, CloudMemoryIdList),
         responses=error_responses(400, 404),
         operation_id=op + "list_memories",
         summary="List memories newest first (depth=1: direct children in path order, directories rolled up)",
@@ -599,9 +622,9 @@ def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPag
     async def list_memories(
         memory_store_id: str,
         limit: int = Limit,
-        page: str | None = MemoryPageToken,
-        after_id: str | None = AfterId if both else HiddenAfterId,
-        before_id: str | None = BeforeId if both else HiddenBeforeId,
+        page: str | None = HiddenPage if paging == "after-id" else MemoryPageToken,
+        after_id: str | None = HiddenAfterId if paging == "next-page" else AfterId,
+        before_id: str | None = HiddenBeforeId if paging == "next-page" else BeforeId,
         path_prefix: str | None = Query(None, description="A plain string prefix: `a/b` matches `a/bc.md`."),
         depth: int = Query(
             0,
@@ -726,6 +749,12 @@ def _list_by_directory(
     """A Cloud ``depth=1`` listing: the engine's path-order walk that Anthropic's listing uses, with
     Cloud's relative paths (an empty prefix is the root). Ids do not order it, so only ``page``
     continues it, and its ``first_id``/``last_id`` are those of its first and last memory."""
+    if paging == "after-id":
+        raise InvalidRequest(
+            "depth",
+            "depth=1 lists in path order, which only page tokens continue, and this server pages Cloud"
+            " listings by after_id only (--cloud-paging after-id); leave depth out",
+        )
     cloud_cursor(paging, None, after_id, before_id)
     for name, value in (("after_id", after_id), ("before_id", before_id)):
         if value is not None:
@@ -787,11 +816,10 @@ def _add_cloud_version_list(
     router: APIRouter, engine: Engine, collection: str, suffix: str, paging: CloudPaging
 ) -> None:
     dialect = Dialect.CLOUD
-    both = paging == "both"
 
     @router.get(
         f"/memory_stores/{{memory_store_id}}/{collection}",
-        response_model=CloudVersionList if both else CloudVersionNextPageList,
+        response_model=_list_model(paging, CloudVersionList, CloudVersionNextPageList, CloudVersionIdList),
         responses=error_responses(400, 404),
         operation_id=f"cloud_list_memory_versions{suffix}",
         summary="List versions, newest first (view=full: with content, at most 20 per page)",
@@ -799,9 +827,9 @@ def _add_cloud_version_list(
     async def list_versions(
         memory_store_id: str,
         limit: int = Limit,
-        page: str | None = IdPageToken,
-        after_id: str | None = AfterId if both else HiddenAfterId,
-        before_id: str | None = BeforeId if both else HiddenBeforeId,
+        page: str | None = HiddenPage if paging == "after-id" else IdPageToken,
+        after_id: str | None = HiddenAfterId if paging == "next-page" else AfterId,
+        before_id: str | None = HiddenBeforeId if paging == "next-page" else BeforeId,
         filters: VersionFilters = Depends(version_filters),
         operation: CloudOperation | None = Query(None, description="`modified` is the same as `updated`."),
         view: View = BasicView,

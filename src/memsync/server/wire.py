@@ -399,6 +399,19 @@ class CloudVersionList(_IdNextPage):
     data: list[CloudVersionItem]
 
 
+# With --cloud-paging after-id the listings carry no next_page (the seeds' generation of Cloud).
+class CloudStoreIdList(_IdPage):
+    data: list[CloudStore]
+
+
+class CloudMemoryIdList(_IdPage):
+    data: list[CloudMemoryListItem]
+
+
+class CloudVersionIdList(_IdPage):
+    data: list[CloudVersionItem]
+
+
 # With --cloud-paging next-page the listings carry no first_id / last_id.
 class CloudStoreNextPageList(_NextPage):
     data: list[CloudStore]
