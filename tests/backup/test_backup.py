@@ -70,7 +70,8 @@ def test_backup_creates_a_bare_repository_that_clones_to_the_memories(
     client.create_memory(store.id, "c.md", "sea\n")
     third = memsync("--config", str(config), "backup", env=token)
     assert third.returncode == 0, third.stderr
-    assert "2 updated" in third.stdout and "imported 1 version(s)" in third.stdout
+    # main, refs/memsync/base and the metadata branch (the new memory's document).
+    assert "3 updated" in third.stdout and "imported 1 version(s)" in third.stdout
     assert git(backup, "show", "main:c.md") == "sea\n"
 
 

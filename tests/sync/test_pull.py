@@ -114,8 +114,10 @@ def test_new_versions_cost_list_pages_plus_unknown_contents(
     client.create_memory(store.id, "e.md", "new 2\n")
     report = pull_store(client, store, tmp_path)
     assert report.ok and report.imported == 5
-    # One listing page (5 new versions and the checkpoint fit in it) and two content fetches.
-    assert report.requests == 1 + 2
+    # One listing page (5 new versions and the checkpoint fit in it), two content fetches, and one
+    # page of memories for their metadata (fewer requests than reading the five touched memories).
+    assert report.requests == 1 + 2 + 1
+    assert report.metadata == {"memories": "listed", "requests": 1}
 
 
 def test_path_reused_after_delete_is_a_new_memory(client: Client, store: Store, tmp_path: Path) -> None:

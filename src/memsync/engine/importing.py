@@ -1,4 +1,5 @@
-"""Pure decisions of an import: who authored a version, and which listed versions are new.
+"""Pure decisions of an import: who authored a version, which listed versions are new, and what the
+history says about itself (truncation, redacted content, inferred deletes, metadata).
 
 The pull in :mod:`memsync.sync.pull` does the I/O; what is decided here depends only on values, so
 it is tested without a server or a repository.
@@ -6,16 +7,20 @@ it is tested without a server or a repository.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 # The commit identity of versions no actor is known for (Forward and Cloud record none).
 DEFAULT_AUTHOR = ("memsync", "memsync@localhost")
 
 V = TypeVar("V")
+
+# Items per page of a memory listing (api.md: limit at most 100).
+LIST_PAGE = 100
 
 _EMAIL_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
@@ -66,3 +71,81 @@ def newer_than_checkpoint(
             continue
         yield version, False
         return
+
+
+# --- what the history says about itself --------------------------------------------------------------
+
+
+class TruncationCounter:
+    """Counts the memories of a first import whose listed history begins after their creation.
+
+    A memory's first version is always its creation: when the listing holds updates or a delete of a
+    memory but not its creation, versions of it expired before this import (api.md §6, retention).
+    Memories created and deleted before then leave no version at all, so nothing can count them.
+    """
+
+    def __init__(self) -> None:
+        self._created: set[str] = set()
+        self._others: set[str] = set()
+
+    def see(self, memory_id: str, operation: str) -> None:
+        (self._created if operation == "created" else self._others).add(memory_id)
+
+    @property
+    def count(self) -> int:
+        return len(self._others - self._created)
+
+
+def redacted_content_changes(
+    redacted: Iterable[tuple[str, str, str | None, bool]], served: Mapping[str, str | None]
+) -> dict[str, bool]:
+    """``{version id: write content}`` for redacted commits that no longer say what a fresh import would.
+
+    ``redacted`` are ``(version id, memory id, kept content SHA-256, wrote content)``; ``served`` is the
+    SHA-256 each memory serves now (None: deleted), for the memories looked at. A fresh import writes a
+    redacted version's content exactly when its memory still serves that hash (the head of a live
+    memory on Forward and Cloud), so a commit that wrote it must drop it once the memory moved on, and
+    one that did not must write it when the memory serves it again.
+    """
+    changes: dict[str, bool] = {}
+    for version_id, memory_id, sha, wrote in redacted:
+        if sha is None or memory_id not in served:
+            continue
+        should = served[memory_id] == sha
+        if should != wrote:
+            changes[version_id] = should
+    return changes
+
+
+MetadataSource = Literal["unchanged", "listed", "read", "from-versions"]
+
+
+def metadata_source(
+    *, imported: bool, complete: bool, has_metadata: bool, live_touched: int, entry_count: int | None
+) -> MetadataSource:
+    """How a pull refreshes the memories' metadata snapshot, at the fewest requests.
+
+    Nothing imported: nothing to refresh (``unchanged``). A first import or a full scan lists every
+    memory anyway (``complete``). Without memory metadata (Anthropic) the documents are the paths the
+    new versions carry (``from-versions``, no request). Otherwise the touched live memories are read
+    one by one (``read``) when that is fewer requests than listing every memory, 100 a page.
+    """
+    if not imported and not complete:
+        return "unchanged"
+    if complete:
+        return "listed"
+    if not has_metadata:
+        return "from-versions"
+    # A listing costs at least its first page, even of an empty store.
+    if entry_count is not None and live_touched < max(1, math.ceil(entry_count / LIST_PAGE)):
+        return "read"
+    return "listed"
+
+
+def inferred_deletes(tip: Mapping[str, str], live: Container[str]) -> list[tuple[str, str]]:
+    """``(path, memory id)`` of each file at the tip whose memory the store no longer lists, by path.
+
+    Such a memory was deleted and its tombstone expired before it was imported: nothing else will
+    ever remove its file.
+    """
+    return sorted((path, memory_id) for path, memory_id in tip.items() if memory_id not in live)

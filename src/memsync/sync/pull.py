@@ -17,7 +17,21 @@ The flow of one store (design.md §2, §5; api.md §6):
    import just before that version (the checkpoint stays at the version before) and is reported with
    the version id; ``--skip-version ID`` imports past it, recording the skip in a trailer.
 6. The checkout fast-forwards to the new tip unless the user has local changes, which are never
-   overwritten; metadata gets a snapshot commit on its own branch when it changed.
+   overwritten; metadata gets a snapshot commit on its own branch when it changed: after every pull
+   that imported versions, from the versions themselves (Anthropic), by reading the few memories they
+   touched, or by listing every memory, whichever costs fewer requests.
+
+What the history says about itself, so that it never quietly holds less or more than the store:
+
+* A first import that finds memories whose listed history begins after their creation (versions
+  expired through retention) records how many in a ``History-Truncated`` trailer on its first
+  commit, and warns.
+* A full scan deletes, with an inferred commit (``Memsync-Inferred: tombstone-expired``), the file
+  of a memory the store no longer lists and whose tombstone expired before it was imported.
+* A redacted version whose commit kept the content its live memory served is rewritten without it
+  as soon as the memory serves something else (any pull that imports a version of that memory, and
+  every full scan), so a mirror never keeps content the API no longer serves and keeps a fresh
+  import's commit ids.
 """
 
 from __future__ import annotations
@@ -26,24 +40,34 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from memsync.api import (
     ApiError,
     Client,
     ContentMismatch,
     InvalidResponse,
+    Memory,
     MemoryVersion,
     NotFound,
     Operation,
     Store,
 )
 from memsync.crashpoints import crash_point
-from memsync.engine.importing import Checkpoint, author_for, newer_than_checkpoint
+from memsync.engine.importing import (
+    Checkpoint,
+    MetadataSource,
+    TruncationCounter,
+    author_for,
+    inferred_deletes,
+    metadata_source,
+    newer_than_checkpoint,
+    redacted_content_changes,
+)
 from memsync.engine.spool import ReverseSpool
 from memsync.errors import MemsyncError, UnsafeInput
 from memsync.mirror import (
@@ -51,7 +75,10 @@ from memsync.mirror import (
     ImportedVersion,
     Mirror,
     VersionRecord,
+    defer_rewrite,
     escape_for_terminal,
+    history_facts,
+    inferred_version_id,
     rewrite_pending,
     rewrite_redacted,
 )
@@ -65,6 +92,8 @@ log = logging.getLogger("memsync.pull")
 # long enough to make that pause negligible and short enough to keep its metadata small.
 SEGMENT = 2000
 DEFAULT_BATCH_COMMITS = 1000
+# Why a delete was inferred (the Memsync-Inferred trailer): no tombstone left to import.
+TOMBSTONE_EXPIRED = "tombstone-expired"
 
 Progress = Callable[[int], None]
 
@@ -87,6 +116,9 @@ class PullReport(StoreReport):
     warnings: list[str] = field(default_factory=list)
     path: str = ""
     rewrite: dict[str, Any] | None = None
+    history_truncated: dict[str, Any] | None = None
+    inferred_deletes: list[dict[str, str]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=lambda: {"memories": "unchanged", "requests": 0})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +140,9 @@ class PullReport(StoreReport):
             "deleted_remotely": self.deleted_remotely,
             "warnings": self.warnings,
             "rewrite": self.rewrite,
+            "history_truncated": self.history_truncated,
+            "inferred_deletes": self.inferred_deletes,
+            "metadata": self.metadata,
         }
 
 
@@ -152,14 +187,13 @@ def pull_store(
             first_import = mirror.tip() is None
             importer = _Importer(client, store, mirror, report, skip_versions, progress)
             importer.run(full_scan=full_scan)
-            if full_scan or rewrite_pending(mirror):
-                importer.propagate_redactions()
-            # Store metadata comes with the store listing, free. Memory metadata costs a listing of
-            # every memory, so it is refreshed on the first import and on full scans only: a pull that
-            # imports V versions stays at the request count of design.md §5.
-            _snapshot_metadata(client, store, mirror, with_memories=first_import or full_scan)
+            importer.snapshot_metadata()
+            if full_scan:
+                importer.infer_deletes()
+            importer.propagate_redactions(everything=full_scan or rewrite_pending(mirror), now=checkout)
             if checkout:
                 _update_checkout(mirror, report)
+            importer.note_history(first_import=first_import)
             report.tip = mirror.tip()
     except MemsyncError as exc:
         # The error's own exit code survives: a held lock is 75, a refused token 3 (design.md §4).
@@ -186,20 +220,51 @@ class _Importer:
         self.progress = progress
         self.changed = False
         self.redacted: list[MemoryVersion] = []
+        self.full_scan = False
+        # A first import counts the memories whose listed history starts after their creation.
+        self.truncation: TruncationCounter | None = None
+        # The newest version of each memory this pull imports, as listed: what it touched. None when
+        # the pull lists every memory anyway (first import, full scan, late versions).
+        self.touched: dict[str, _Touch] | None = None
+        self.source: MetadataSource = "unchanged"
+        self.metadata_requests = 0
+        # What the store serves now, as read or listed after the versions: by memory id.
+        self.read: dict[str, Memory] = {}
+        self.listed: set[str] | None = None  # every live memory's id, when a full scan listed them
+        self.listing_complete = False  # every memory was listed: one not listed is gone
+        self.served: dict[str, str | None] = {}  # SHA-256 served now, of the memories looked at
+        self.known_contents: dict[str, str] = {}  # version id → its content, read with its memory
 
     # --- choosing what to import -----------------------------------------------------------------
 
     def run(self, *, full_scan: bool) -> None:
         checkpoint = _checkpoint(self.mirror)
+        self.full_scan = full_scan
+        if checkpoint is None:
+            self.truncation = TruncationCounter()
+        elif not full_scan:
+            self.touched = {}
         with ReverseSpool[MemoryVersion]() as spool:
             complete = False if full_scan else self._list_incremental(checkpoint, spool)
             if not complete:
                 spool.close()
+                self.touched = None
                 with ReverseSpool[MemoryVersion]() as everything:
                     self._list_everything(checkpoint, everything, full_scan=full_scan)
+                    self._plan_metadata(imported=len(everything) > 0)
                     self._write(everything)
                 return
+            self._plan_metadata(imported=len(spool) > 0)
             self._write(spool)
+
+    def _see(self, version: MemoryVersion) -> None:
+        """A version this pull imports, seen newest first."""
+        if self.truncation is not None:
+            self.truncation.see(version.memory_id, version.operation.value)
+        if self.touched is not None and version.memory_id not in self.touched:
+            self.touched[version.memory_id] = _Touch(
+                version.id, version.operation, version.path, version.content_sha256
+            )
 
     def _list_incremental(self, checkpoint: Checkpoint | None, spool: ReverseSpool[MemoryVersion]) -> bool:
         """Spool the versions newer than the checkpoint; False when everything must be listed."""
@@ -210,6 +275,7 @@ class _Importer:
         for version, is_new in newer_than_checkpoint(listing, _order_key, checkpoint):
             if is_new:
                 spool.append(version)
+                self._see(version)
             else:
                 stop = version
         if listing.out_of_order:
@@ -236,12 +302,16 @@ class _Importer:
         self, checkpoint: Checkpoint | None, spool: ReverseSpool[MemoryVersion], *, full_scan: bool
     ) -> None:
         """Spool every version not imported yet; on a full scan also note redactions and expiry."""
-        imported: dict[str, ImportedVersion] = {v.version_id: v for v in self.mirror.imported_versions()}
+        # An inferred delete stands for no version of the API: it can be neither listed nor expired.
+        imported: dict[str, ImportedVersion] = {
+            v.version_id: v for v in self.mirror.imported_versions() if v.inferred is None
+        }
         listed = 0
         for version in self.client.iter_versions(self.store.id):
             known = imported.pop(version.id, None)
             if known is None:
                 spool.append(version)
+                self._see(version)
                 if checkpoint is not None and _order_key(version) < checkpoint.order_key:
                     self.report.late += 1
             elif version.redacted and not known.redacted:
@@ -292,7 +362,7 @@ class _Importer:
                 continue
             if version.path_problem is not None:
                 return self._stop(version, version.path_problem)
-            content: str | None = version.content
+            content = version.content if version.content is not None else self.known_contents.get(version.id)
             current = version
             if version.id in fetch_ids:
                 try:
@@ -312,6 +382,8 @@ class _Importer:
     def _needs_fetch(self, version: MemoryVersion, writer: HistoryWriter, wanted: set[str]) -> bool:
         if version.content is not None or not version.has_content or version.id in self.skip_versions:
             return False
+        if version.id in self.known_contents:
+            return False  # read with its memory, for the memory's metadata
         sha = version.content_sha256
         if sha is None:
             return True
@@ -325,19 +397,26 @@ class _Importer:
         """
         if version.content_sha256 is None:
             return None
-        try:
-            memory = self.client.get_memory(self.store.id, version.memory_id)
-        except NotFound:
-            return None
+        memory = self.read.get(version.memory_id)
+        if memory is None:
+            try:
+                memory = self.client.get_memory(self.store.id, version.memory_id)
+            except NotFound:
+                return None
         if memory.content_sha256 == version.content_sha256 and memory.content is not None:
             return memory.content
         return None
 
-    def propagate_redactions(self) -> None:
-        """Rewrite the versions redacted since their import out of the mirror (design.md §2).
+    def propagate_redactions(self, *, everything: bool, now: bool) -> None:
+        """Rewrite redacted content out of the mirror (design.md §2): the versions redacted since
+        their import (a full scan finds them), and redacted versions whose commit no longer holds
+        what a fresh import would: the content their live memory served, until it served another.
 
         Each is recorded exactly as a fresh import would record it now, so the rewritten history has
-        a fresh import's commit ids. Also finishes the pruning of an interrupted rewrite.
+        a fresh import's commit ids. ``everything``: look at every redacted commit (a full scan, or
+        a rewrite left pending), not only those of the memories this pull touched. ``now=False``
+        (a reconcile owns the checkout, which a rewrite carries over) notes the rewrite for the next
+        pull instead. Also finishes the pruning of an interrupted rewrite.
         """
         records = []
         for version in self.redacted:
@@ -345,7 +424,26 @@ class _Importer:
             if version.operation is not Operation.DELETED:
                 content = self._current_content_of_redacted(version)
             records.append(_record(version, content))
-        result = rewrite_redacted(self.mirror, records)
+        if not now:
+            # Only what this pull touched: looking at everything again is the next pull's work.
+            recontent = self._recontent(everything=False)
+            if records or recontent:
+                defer_rewrite(self.mirror, [r.version_id for r in records] + sorted(recontent))
+            return
+        recontent = self._recontent(everything=everything)
+        dropped = sorted(v for v, content in recontent.items() if content is None)
+        restored = sorted(v for v, content in recontent.items() if content is not None)
+        if dropped:
+            self.report.warnings.append(
+                f"{len(dropped)} redacted version(s) kept the content their memory served then and no"
+                f" longer serves: {', '.join(dropped)}; that content leaves the mirror"
+            )
+        if restored:
+            self.report.warnings.append(
+                f"{len(restored)} redacted version(s) hold the content their memory serves again:"
+                f" {', '.join(restored)}; their commits write it, as a fresh import does"
+            )
+        result = rewrite_redacted(self.mirror, records, recontent=recontent)
         if result is None:
             return
         self.report.rewrite = result.to_json()
@@ -356,10 +454,233 @@ class _Importer:
                 f"redacted content is still in the mirror after the rewrite: {', '.join(result.remaining)}"
             )
 
+    def _recontent(self, *, everything: bool) -> dict[str, bytes | None]:
+        """``{version id: content}`` for redacted commits a fresh import would now write otherwise."""
+        candidates = [
+            r
+            for r in history_facts(self.mirror).redacted
+            if r.content_sha256 is not None
+            and (everything or (self.touched is not None and r.memory_id in self.touched))
+        ]
+        if not candidates:
+            return {}
+        served = self._served_now({r.memory_id for r in candidates})
+        changes = redacted_content_changes(
+            ((r.version_id, r.memory_id, r.content_sha256, r.wrote) for r in candidates), served
+        )
+        recontent: dict[str, bytes | None] = {}
+        for commit in candidates:
+            if commit.version_id not in changes:
+                continue
+            content: bytes | None = None
+            if changes[commit.version_id] and commit.content_sha256 is not None:
+                content = self._served_content(commit.memory_id, commit.content_sha256)
+                if content is None:
+                    continue  # it changed again meanwhile: the next pull looks at it again
+            recontent[commit.version_id] = content
+        return recontent
+
+    def _served_now(self, memory_ids: set[str]) -> dict[str, str | None]:
+        """The SHA-256 each memory serves now (None: deleted), from what this pull saw, else read."""
+        served: dict[str, str | None] = {}
+        for memory_id in sorted(memory_ids):
+            touch = (self.touched or {}).get(memory_id)
+            if memory_id in self.served:
+                served[memory_id] = self.served[memory_id]
+            elif self.listing_complete or (touch is not None and touch.operation is Operation.DELETED):
+                served[memory_id] = None  # not in a complete listing, or deleted by this pull
+            else:
+                try:
+                    self.read[memory_id] = self.client.get_memory(self.store.id, memory_id)
+                    served[memory_id] = self.read[memory_id].content_sha256
+                except NotFound:
+                    served[memory_id] = None
+        return served
+
+    def _served_content(self, memory_id: str, sha256: str) -> bytes | None:
+        """The bytes a memory serves under ``sha256``: the mirror's copy, else read from the store."""
+        blob = self.mirror.blob_for_sha256(sha256)
+        if blob is not None:
+            return self.mirror.read_blob(blob)
+        memory = self.read.get(memory_id)
+        if memory is None or memory.content is None:
+            try:
+                memory = self.client.get_memory(self.store.id, memory_id)
+            except NotFound:
+                return None
+        if memory.content is None or memory.content_sha256 != sha256:
+            return None
+        return memory.content.encode("utf-8")
+
+    # --- memory metadata -------------------------------------------------------------------------
+
+    def _plan_metadata(self, *, imported: bool) -> None:
+        """Choose how the memories' metadata is refreshed; when reading, read before the contents
+        are fetched: a read memory brings its head version's content along."""
+        live = [t for t in (self.touched or {}).values() if t.operation is not Operation.DELETED]
+        has_metadata = self.client.dialect is not Dialect.ANTHROPIC
+        if not has_metadata and any(v.path is None for v in live):
+            has_metadata = True  # a version without its path cannot say where its memory is
+        self.source = metadata_source(
+            imported=imported,
+            complete=self.touched is None,
+            has_metadata=has_metadata,
+            live_touched=len(live),
+            entry_count=self.store.entry_count,
+        )
+        if self.source != "read":
+            return
+        before = self.client.request_count
+        try:
+            for memory_id, touch in sorted((self.touched or {}).items()):
+                if touch.operation is Operation.DELETED:
+                    continue
+                try:
+                    memory = self.client.get_memory(self.store.id, memory_id)
+                except NotFound:
+                    self.served[memory_id] = None  # deleted since the listing
+                    continue
+                self.read[memory.id] = memory
+                self.served[memory.id] = memory.content_sha256
+                if memory.content_sha256 == touch.content_sha256 and memory.content is not None:
+                    self.known_contents[touch.version_id] = memory.content
+        except ApiError as exc:
+            log.warning("could not read the memories of %s for their metadata: %s", self.store.id, exc)
+            self.source = "listed"
+        finally:
+            self.metadata_requests += self.client.request_count - before
+
+    def snapshot_metadata(self) -> None:
+        """Store and memory metadata on the metadata branch; a commit only when something changed.
+
+        Store metadata comes with the store listing, free. Memory metadata follows every pull that
+        imported versions (:meth:`_plan_metadata`). Listed memories are handed over as they are
+        listed, not gathered into a dictionary first, so their documents are never all held at once
+        beside the snapshot's own tree and blobs. (Measured at 10,000 memories, this did not lower a
+        first import's peak, which the history writing sets.)
+        """
+        store = self.store
+        document = {
+            "id": store.id,
+            "name": store.name,
+            "description": store.description,
+            "metadata": store.metadata,
+            "system_managed": store.system_managed,
+            "identity_id": store.identity_id,
+            "archived": store.archived,
+        }
+        when = (store.updated_at or store.created_at).astimezone(UTC)
+        if self.source == "listed":
+            before = self.client.request_count
+            listed: set[str] = set()
+            redacted_memories = {r.memory_id for r in history_facts(self.mirror).redacted}
+
+            def documents() -> Iterator[tuple[str, dict[str, Any]]]:
+                for memory in self.client.list_memories(store.id):
+                    if self.full_scan:
+                        listed.add(memory.id)
+                    if memory.id in redacted_memories:
+                        self.served[memory.id] = memory.content_sha256
+                    yield memory.id, _memory_document(memory)
+
+            try:
+                self.mirror.write_metadata(store=document, memories=documents(), when=when)
+                self.listing_complete = True
+                self.listed = listed if self.full_scan else None
+                return
+            except ApiError as exc:
+                # Nothing was recorded: the store's document alone, and the memories' files as they were.
+                log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
+                self.served.clear()
+            finally:
+                self.metadata_requests += self.client.request_count - before
+                self._report_metadata()
+            self.mirror.write_metadata(store=document, memories=None, when=when)
+            return
+        changed: dict[str, dict[str, Any]] = {}
+        removed: list[str] = []
+        for memory_id, touch in sorted((self.touched or {}).items()):
+            if touch.operation is Operation.DELETED:
+                removed.append(memory_id)
+            elif self.source == "from-versions" and touch.path is not None:
+                changed[memory_id] = {"path": touch.path, "metadata": None}
+            elif memory_id in self.read:
+                changed[memory_id] = _memory_document(self.read[memory_id])
+            elif self.served.get(memory_id, "") is None:
+                removed.append(memory_id)  # deleted after the listing: its tombstone comes next
+        self.mirror.write_metadata(store=document, memories=None, when=when, changed=changed, removed=removed)
+        self._report_metadata()
+
+    def _report_metadata(self) -> None:
+        self.report.metadata = {"memories": self.source, "requests": self.metadata_requests}
+
+    # --- what the history says about itself ------------------------------------------------------
+
+    def infer_deletes(self) -> None:
+        """Delete the files of memories the store no longer lists and whose tombstones expired.
+
+        Only after a complete listing of the memories (a full scan), and only for a memory whose own
+        version listing holds no tombstone (one deleted after the scan listed versions is imported by
+        the next pull instead). Each delete is one commit at the tip, by path order, dated like the
+        tip and authored by the default identity: two mirrors at the same tip infer the same commits.
+        """
+        if self.listed is None:
+            return
+        tip = self.mirror.last_imported()
+        if tip is None:
+            return
+        found: list[tuple[str, str]] = []
+        for path, memory_id in inferred_deletes(self.mirror.paths(), self.listed):
+            versions = self.client.iter_versions(self.store.id, memory_id=memory_id)
+            if any(v.operation is Operation.DELETED for v in versions):
+                continue
+            found.append((path, memory_id))
+        if not found:
+            return
+        with self.mirror.history_writer(batch_commits=_batch_commits()) as writer:
+            for path, memory_id in found:
+                writer.add(
+                    VersionRecord(
+                        version_id=inferred_version_id(memory_id),
+                        memory_id=memory_id,
+                        operation="deleted",
+                        path=path,
+                        content=None,
+                        content_sha256=None,
+                        created_at=tip.created_at,
+                        inferred=TOMBSTONE_EXPIRED,
+                    )
+                )
+        self.changed = True
+        self.report.inferred_deletes = [{"memory_id": m, "path": p} for p, m in found]
+        paths = ", ".join(escape_for_terminal(p) for p, _ in found)
+        self.report.warnings.append(
+            f"deleted {len(found)} file(s) whose memory the store no longer lists and whose tombstone"
+            f" expired before it was imported: {paths} (Memsync-Inferred: {TOMBSTONE_EXPIRED})"
+        )
+
+    def note_history(self, *, first_import: bool) -> None:
+        """Report what the first commit records about history lost before it (History-Truncated)."""
+        facts = history_facts(self.mirror)
+        if facts.truncated is None or facts.root is None:
+            return
+        self.report.history_truncated = {"commit": facts.root, "memories": facts.truncated}
+        if first_import:
+            n = facts.truncated
+            self.report.warnings.append(
+                "history starts after versions that expired before the first import:"
+                f" {n} {'memory begins' if n == 1 else 'memories begin'} with an update or a delete"
+                " instead of its creation (memories created and deleted before then left no trace);"
+                f" recorded as History-Truncated: {n} on the first commit {facts.root}"
+            )
+
     def _add(
         self, writer: HistoryWriter, version: MemoryVersion, content: str | None, *, skipped: bool = False
     ) -> None:
-        writer.add(_record(version, content, skipped=skipped))
+        record = _record(version, content, skipped=skipped)
+        if writer.tip is None and self.truncation is not None and self.truncation.count:
+            record = replace(record, history_truncated=self.truncation.count)
+        writer.add(record)
         self.changed = True
         crash_point("pull.version")
         if skipped:
@@ -417,7 +738,8 @@ def _checkpoint(mirror: Mirror) -> Checkpoint | None:
     import the tip is not the newest. That shows as a parent newer than the tip; only then is the
     whole history read (a rare case, and it ends with the next import of a new version).
     """
-    versions = mirror.imported_versions()
+    # Inferred deletes stand for no version of the API: the checkpoint is the newest real one.
+    versions = (version for version in mirror.imported_versions() if version.inferred is None)
     tip = next(versions, None)
     if tip is None:
         return None
@@ -431,35 +753,18 @@ def _checkpoint(mirror: Mirror) -> Checkpoint | None:
     return best
 
 
-def _snapshot_metadata(client: Client, store: Store, mirror: Mirror, *, with_memories: bool) -> None:
-    """Store (and memory) metadata on the metadata branch; a commit only when something changed.
+class _Touch(NamedTuple):
+    """The newest version of a memory a pull imports, as much of it as the pull needs afterwards."""
 
-    The memories are handed over as they are listed, not gathered into a dictionary first, so their
-    documents are never all held at once beside the snapshot's own tree and blobs. (Measured at
-    10,000 memories, this did not lower a first import's peak, which the history writing sets.)
-    """
-    document = {
-        "id": store.id,
-        "name": store.name,
-        "description": store.description,
-        "metadata": store.metadata,
-        "system_managed": store.system_managed,
-        "identity_id": store.identity_id,
-        "archived": store.archived,
-    }
-    when = (store.updated_at or store.created_at).astimezone(UTC)
-    if with_memories:
-        listed = (
-            (memory.id, {"path": memory.path, "metadata": memory.metadata})
-            for memory in client.list_memories(store.id)
-        )
-        try:
-            mirror.write_metadata(store=document, memories=listed, when=when)
-            return
-        except ApiError as exc:
-            # Nothing was recorded: the store's document alone, and the memories' files as they were.
-            log.warning("could not list the memories of %s for their metadata: %s", store.id, exc)
-    mirror.write_metadata(store=document, memories=None, when=when)
+    version_id: str
+    operation: Operation
+    path: str | None
+    content_sha256: str | None
+
+
+def _memory_document(memory: Memory) -> dict[str, Any]:
+    """A memory's file on the metadata branch: the same whether it was listed or read."""
+    return {"path": memory.path, "metadata": memory.metadata}
 
 
 def _update_checkout(mirror: Mirror, report: PullReport) -> None:

@@ -22,6 +22,7 @@ from memsync.mirror import (
     Mirror,
     commit_snapshot,
     head_problem,
+    history_facts,
     open_conflicts,
     pushed_refs,
     read_base,
@@ -57,6 +58,7 @@ class StatusReport(StoreReport):
     kept_commits: list[str] = field(default_factory=list)
     tip: str | None = None
     daemon: dict[str, Any] | None = None
+    history_truncated: dict[str, Any] | None = None  # what the first commit's History-Truncated says
     blocked: str | None = None  # a git operation in progress or HEAD off main (the sync's message)
 
     @property
@@ -82,6 +84,7 @@ class StatusReport(StoreReport):
             "kept_commits": self.kept_commits,
             "tip": self.tip,
             "daemon": self.daemon,
+            "history_truncated": self.history_truncated,
             "blocked": self.blocked,
         }
 
@@ -135,6 +138,9 @@ def mirror_status(
 def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport) -> None:
     store, _ = mirror.read_metadata()
     report.name = str(store.get("name", "")) if store else ""
+    facts = history_facts(mirror, save=False)  # cached by the pulls: no walk of the history
+    if facts.truncated is not None:
+        report.history_truncated = {"commit": facts.root, "memories": facts.truncated}
     report.tip = mirror.tip()
     report.blocked = head_problem(mirror)
     if report.blocked is not None:

@@ -17,7 +17,8 @@ kind        drift   meaning
 mismatch    yes     a commit's content (or its Content-SHA256 trailer, or its operation) is not
                     the version's as the store lists it
 redacted    yes     the store redacted the version; the mirror still holds its content (run
-                    ``memsync pull --full-scan``)
+                    ``memsync pull --full-scan``), or holds the content its memory served then and
+                    serves no more (run ``memsync pull``)
 missing     yes     the store lists a version the mirror never imported, older than its newest
 behind      yes     the store has versions newer than the mirror's newest (run ``memsync pull``)
 tree        yes     the tip's files differ from the store's memories
@@ -27,6 +28,10 @@ expired     no      an imported version the store no longer lists, older than th
                     retention (30 days on Anthropic; not documented elsewhere, so any unlisted
                     version counts as expired there): the mirror outlives the API, as intended
 skipped     no      imported past with ``--skip-version``: the commit holds no content by choice
+inferred    no      a delete memsync inferred (``Memsync-Inferred``): the store no longer lists the
+                    memory and its tombstone expired before it was imported
+truncated   no      the first commit records ``History-Truncated``: versions expired before the
+                    first import, so the history starts after them
 ========== ======= ==========================================================================
 
 Any drift makes the exit code 5 (design.md §4). The comparison itself is the pure function
@@ -55,7 +60,7 @@ RETENTION: dict[Dialect, timedelta | None] = {
     Dialect.FORWARD: None,
     Dialect.CLOUD: None,
 }
-NOT_DRIFT = frozenset({"expired", "skipped"})
+NOT_DRIFT = frozenset({"expired", "skipped", "inferred", "truncated"})
 
 
 @dataclass(frozen=True)
@@ -116,10 +121,12 @@ def find_differences(
     memories: Mapping[str, str],
     retention: timedelta | None,
     now: datetime,
+    served: Mapping[str, str] | None = None,
 ) -> list[Difference]:
     """Compare an imported history (any order) with a store's versions and current memories.
 
-    ``tip_files`` and ``memories`` are ``{memory path: content SHA-256}`` of the tip and the store.
+    ``tip_files`` and ``memories`` are ``{memory path: content SHA-256}`` of the tip and the store;
+    ``served`` is ``{memory id: content SHA-256}`` of the store's live memories (None: not compared).
     """
     by_id = {version.id: version for version in listed}
     found: list[Difference] = []
@@ -127,6 +134,30 @@ def find_differences(
     newest: tuple[datetime, str] | None = None
     for item in sorted(held, key=lambda h: (h.commit.created_at, h.commit.version_id)):
         commit = item.commit
+        if commit.history_truncated is not None:
+            found.append(
+                Difference(
+                    "truncated",
+                    f"the history starts after versions that expired before the first import:"
+                    f" {commit.history_truncated} memory(ies) begin without their creation, and memories"
+                    " created and deleted before then left no trace",
+                    commit.version_id,
+                    commit.commit,
+                    commit.memory_path,
+                )
+            )
+        if commit.inferred is not None:
+            found.append(
+                Difference(
+                    "inferred",
+                    f"deleted by memsync ({commit.inferred}): the store no longer lists the memory and"
+                    " its tombstone expired before it was imported",
+                    commit.version_id,
+                    commit.commit,
+                    commit.memory_path,
+                )
+            )
+            continue
         imported.add(commit.version_id)
         key = (commit.created_at, commit.version_id)
         newest = key if newest is None or key > newest else newest
@@ -145,7 +176,7 @@ def find_differences(
                 )
             )
             continue
-        found.extend(_compare(item, version))
+        found.extend(_compare(item, version, served))
     for version in sorted(by_id.values(), key=lambda v: (v.created_at, v.id)):
         if version.id in imported:
             continue
@@ -191,10 +222,29 @@ def _unlisted(commit: ImportedCommit, retention: timedelta | None, now: datetime
     )
 
 
-def _compare(item: Held, version: Listed) -> list[Difference]:
+def _compare(item: Held, version: Listed, served: Mapping[str, str] | None) -> list[Difference]:
     commit = item.commit
     where = (commit.version_id, commit.commit, commit.memory_path)
     found: list[Difference] = []
+    if (
+        version.redacted
+        and commit.redacted
+        and item.sha256 is not None
+        and served is not None
+        and served.get(commit.memory_id) != item.sha256
+    ):
+        # A redacted version's commit may hold the content its live memory served then (and still
+        # serves under the kept hash); once the memory serves something else, that content is gone
+        # from the API and must leave the mirror too.
+        found.append(
+            Difference(
+                "redacted",
+                "the store redacted this version and its memory no longer serves the content the commit"
+                " holds: run memsync pull to rewrite it out",
+                *where,
+            )
+        )
+        return found
     if commit.operation != version.operation:
         found.append(
             Difference(
@@ -297,7 +347,11 @@ def verify_store(client: Client, store: Store, root: Path, *, now: datetime | No
     try:
         with store_lock(root, store.id):
             listed = [Listed.of(version) for version in client.iter_versions(store.id)]
-            memories = {memory.path: memory.content_sha256 for memory in client.list_memories(store.id)}
+            memories: dict[str, str] = {}
+            served: dict[str, str] = {}
+            for memory in client.list_memories(store.id):
+                memories[memory.path] = memory.content_sha256
+                served[memory.id] = memory.content_sha256
             with BackupRepository.open(path) as repo:
                 report.tip = repo.ref_target(repo.default_ref)
                 held = _held(repo)
@@ -311,6 +365,7 @@ def verify_store(client: Client, store: Store, root: Path, *, now: datetime | No
             memories=memories,
             retention=RETENTION.get(client.dialect),
             now=now or datetime.now(UTC),
+            served=served,
         )
         report.differences.extend(odd)
         report.conclude()
