@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from memsync.server.seeding import SeedFile, describe_seed_errors
 from tests.server.checks import expect_error, ok
 from tests.server.conftest import dialect_client
 from tests.support.server import ServerProcess
@@ -165,9 +171,79 @@ def test_a_bad_seed_names_the_element_and_changes_nothing(tmp_path: Path, server
     server = server_factory(db=db)
     with dialect_client(server, "/api/v1/forward") as forward:
         assert ok(forward.get("/memory_stores"))["data"] == []
+    # A misspelt required key is reported as the misspelling, paired with the key it stands for,
+    # not as the required key's absence (which pydantic may list first).
     seed_file.write_text('{"stores": [{"dialect": "forward", "nmae": "typo"}]}')
     result = _run_server("--db", str(tmp_path / "typo.sqlite3"), "--seed", str(seed_file))
-    assert result.returncode == 2 and "nmae" in result.stderr, result
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        f"memsync: seed file {seed_file}: stores[0].nmae: unknown key (did you mean 'name'? it is required)\n"
+    )
+
+
+def _seed_errors(seed: Any) -> list[ErrorDetails]:
+    """pydantic's errors for ``seed``, validated from JSON as the server does."""
+    with pytest.raises(ValidationError) as caught:
+        SeedFile.model_validate_json(json.dumps(seed))
+    return caught.value.errors()
+
+
+def test_seed_errors_name_misspelt_keys_first_whatever_order_pydantic_reports() -> None:
+    misspelt = {
+        "dialect": "cloud",
+        "nmae": "typo",
+        "descripton": "an optional key, misspelt",
+        "memories": [{"pth": "a.md", "history": [{"op": "updte"}]}],
+    }
+    fine = {"dialect": "forward", "name": "fine"}
+    errors = _seed_errors({"stores": [misspelt, *[fine] * 9, misspelt], "stroes": []})
+    # Per misspelt store: 'nmae', 'descripton' and 'pth' unknown, 'name' and 'path' missing, 'op' invalid.
+    assert len(errors) == 13
+    expected = "; ".join(
+        [
+            "stores[0].descripton: unknown key (did you mean 'description'?)",
+            "stores[0].memories[0].pth: unknown key (did you mean 'path'? it is required)",
+            "stores[0].nmae: unknown key (did you mean 'name'? it is required)",
+            "stores[10].descripton: unknown key (did you mean 'description'?)",
+            "stores[10].memories[0].pth: unknown key (did you mean 'path'? it is required)",
+            "stores[10].nmae: unknown key (did you mean 'name'? it is required)",
+            "stroes: unknown key (did you mean 'stores'?)",
+            "stores[0].memories[0].history[0].op: Input should be 'create', 'update' or 'delete'",
+            "stores[10].memories[0].history[0].op: Input should be 'create', 'update' or 'delete'",
+        ]
+    )
+    assert describe_seed_errors(errors) == expected
+    # The same errors in other orders (pydantic's order changed between releases): the same message.
+    shuffled = random.Random(16)
+    for _ in range(50):
+        reordered = errors[:]
+        shuffled.shuffle(reordered)
+        assert describe_seed_errors(reordered) == expected, [e["loc"] for e in reordered]
+    assert describe_seed_errors(errors[::-1]) == expected
+
+
+@pytest.mark.parametrize("order", ["extra first", "missing first"])
+def test_a_misspelt_required_key_is_named_whichever_error_comes_first(order: str) -> None:
+    errors = _seed_errors({"stores": [{"dialect": "forward", "nmae": "typo"}]})
+    assert sorted(e["type"] for e in errors) == ["extra_forbidden", "missing"]
+    errors.sort(key=lambda e: (e["type"] == "missing") == (order == "extra first"))
+    assert errors[0]["type"] == ("extra_forbidden" if order == "extra first" else "missing")
+    message = describe_seed_errors(errors)
+    assert message == "stores[0].nmae: unknown key (did you mean 'name'? it is required)"
+
+
+def test_seed_errors_without_a_close_key_list_the_valid_ones_and_what_is_missing() -> None:
+    errors = _seed_errors({"stores": [{"dialect": "forward", "title": "x", "mounts": [{}]}]})
+    assert describe_seed_errors(errors) == "; ".join(
+        [
+            "stores[0].title: unknown key (valid keys: dialect, name, description, metadata, created_at,"
+            " system_managed, identity_id, template_id, archived_at, mounts, memories)",
+            "stores[0].mounts[0].identity_id: required key missing",
+            "stores[0].mounts[0].template_id: required key missing",
+            "stores[0].name: required key missing",
+        ]
+    )
+    assert describe_seed_errors(_seed_errors([])) == "the file: Input should be an object"
 
 
 def test_command_line_refusals(tmp_path: Path) -> None:

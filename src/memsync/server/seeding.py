@@ -7,13 +7,17 @@ at fault. Paths, metadata and content follow the rules of each store's dialect, 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from memsync.errors import ConfigError, RuleViolation
 from memsync.rules import Dialect
@@ -67,6 +71,85 @@ class SeedStore(_Strict):
 
 class SeedFile(_Strict):
     stores: list[SeedStore] = Field(default_factory=list)
+
+
+Loc = tuple[int | str, ...]
+
+
+def _where(loc: Loc) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+
+
+def _loc_order(loc: Loc) -> tuple[tuple[int, int, str], ...]:
+    """Document order for locations: list indexes numerically, keys by name."""
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, part) for part in loc)
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The seed model that validates the object at ``loc``, or None where it is no seed model."""
+    current: Any = SeedFile
+    for part in loc:
+        if isinstance(part, int):
+            if typing.get_origin(current) is not list:
+                return None
+            current = typing.get_args(current)[0]
+        else:
+            if not (isinstance(current, type) and issubclass(current, BaseModel)):
+                return None
+            field = current.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+            if typing.get_origin(current) in (typing.Union, types.UnionType):
+                members = [arg for arg in typing.get_args(current) if arg is not type(None)]
+                current = members[0] if len(members) == 1 else None
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    return None
+
+
+def describe_seed_errors(errors: Sequence[ErrorDetails]) -> str:
+    """One line naming every error of a seed file, the same whatever order pydantic reports them in.
+
+    Unknown (misspelt) keys come first, each paired with the missing or valid key it is closest to
+    ("did you mean"); a required key paired that way is not reported again. Then the remaining
+    missing keys and every other error, in document order.
+    """
+    unknown: dict[Loc, list[str]] = {}
+    missing: dict[Loc, list[str]] = {}
+    others: list[tuple[Loc, str]] = []
+    for error in errors:
+        loc: Loc = tuple(error["loc"])
+        if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            unknown.setdefault(loc[:-1], []).append(loc[-1])
+        elif error["type"] == "missing" and loc and isinstance(loc[-1], str):
+            missing.setdefault(loc[:-1], []).append(loc[-1])
+        else:
+            others.append((loc, error["msg"].removeprefix("Value error, ")))
+    first: list[tuple[Loc, str]] = []
+    for parent, keys in unknown.items():
+        model = _model_at(parent)
+        valid = list(model.model_fields) if model is not None else []
+        wanted = sorted(missing.get(parent, []))
+        for key in sorted(keys):
+            required = difflib.get_close_matches(key, wanted, n=1, cutoff=0.6)
+            optional = difflib.get_close_matches(key, [k for k in valid if k not in wanted], n=1, cutoff=0.6)
+            if required:
+                wanted.remove(required[0])
+                missing[parent].remove(required[0])
+                message = f"unknown key (did you mean {required[0]!r}? it is required)"
+            elif optional:
+                message = f"unknown key (did you mean {optional[0]!r}?)"
+            elif valid:
+                message = f"unknown key (valid keys: {', '.join(valid)})"
+            else:
+                message = "unknown key"
+            first.append(((*parent, key), message))
+    rest = [((*parent, key), "required key missing") for parent, keys in missing.items() for key in keys]
+    rest += others
+    problems = sorted(first, key=lambda item: _loc_order(item[0]))
+    problems += sorted(rest, key=lambda item: (_loc_order(item[0]), item[1]))
+    return "; ".join(f"{_where(loc) or 'the file'}: {message}" for loc, message in problems)
 
 
 def _actor(model: ActorModel | None) -> Actor | None:
@@ -191,9 +274,7 @@ def load_seed_file(engine: Engine, path: Path) -> bool:
     try:
         seed = SeedFile.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
-        raise ConfigError(f"seed file {path}: {where or 'the file'}: {first['msg']}") from None
+        raise ConfigError(f"seed file {path}: {describe_seed_errors(exc.errors())}") from None
     try:
         with engine.transaction():
             load_seed(engine, seed)
