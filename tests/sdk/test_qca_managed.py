@@ -632,8 +632,9 @@ def test_workspace_id_is_refused(managed: Managed) -> None:
 
 
 def test_betas(managed: Managed) -> None:
-    """``betas`` (header ``x-qoder-beta``) opts into preview features. The server either refuses it,
-    naming it, or serves the call as without it: reads answer the same."""
+    """``betas`` (header ``x-qoder-beta``) opts into preview features. For a beta name the server
+    either refuses it, naming it, or serves the call as without it; an empty list opts into
+    nothing, so reads answer as without it (or the header is refused, naming it)."""
     calls = every_call(managed).calls
     reads = {"memory_stores.retrieve", "memories.retrieve", "memory_versions.retrieve"}
     for name, call in calls:
@@ -642,6 +643,11 @@ def test_betas(managed: Managed) -> None:
         )
         if answer is not None and name in reads:
             assert same(answer, call()), name
+    for name, call in calls:
+        if name in reads:
+            answer = works_or_refused(lambda call=call: call(betas=[]), "x-qoder-beta", "betas")
+            if answer is not None:
+                assert same(answer, call()), name
 
 
 def test_unknown_parameters_fields_and_headers_are_refused(managed: Managed) -> None:
