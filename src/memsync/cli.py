@@ -117,6 +117,29 @@ def _load_config(ctx: click.Context) -> Any:
     return load_config(config_path(ctx))
 
 
+# pull, backup, verify, sync, daemon and stores work on one shard's stores when several machines
+# split them (memsync.engine.shards; docs/kubernetes.md).
+_shard_option = click.option(
+    "--shard",
+    "shard",
+    metavar="I/N",
+    default=None,
+    help="Only the stores shard I of N owns (0 <= I < N; rendezvous hashing of store ids). Default:"
+    " $MEMSYNC_SHARD, else a StatefulSet pod's ordinal with $MEMSYNC_SHARDS, else [fleet] shard.",
+)
+
+
+def _sharded_config(ctx: click.Context, flag: str | None) -> tuple[Any, str | None]:
+    """The config with the shard in force (flag > environment > StatefulSet > file), and its source."""
+    import socket
+
+    from memsync.engine.shards import resolve_shard
+
+    config = _load_config(ctx)
+    shard, source = resolve_shard(flag, os.environ, socket.gethostname(), config.fleet.shard)
+    return config.with_shard(shard), source
+
+
 def _emit(reports: list[dict[str, Any]], as_json: bool, describe: Any) -> None:
     """Print one JSON object, or a line per store (untrusted text escaped by the caller)."""
     if as_json:
@@ -130,17 +153,21 @@ def _emit(reports: list[dict[str, Any]], as_json: bool, describe: Any) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_shard_option
 @click.pass_context
-def stores(ctx: click.Context, as_json: bool) -> None:
-    """List the stores the token sees, and which of them the config selects."""
+def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
+    """List the stores the token sees, which of them the config selects, and with a shard, each
+    store's owning shard."""
+    from memsync.engine.shards import owner
     from memsync.mirror import escape_for_terminal
     from memsync.sync.stores import client_for, select_stores
 
-    config = _load_config(ctx)
+    config, shard_source = _sharded_config(ctx, shard)
+    in_force = config.fleet.shard
     with client_for(config) as client:
         selected = {store.id for store in select_stores(client, config).stores}
         listed = list(client.list_stores(include_archived=True))
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": store.id,
             "ok": True,
@@ -153,6 +180,15 @@ def stores(ctx: click.Context, as_json: bool) -> None:
         }
         for store in listed
     ]
+    if in_force is not None:
+        for row in rows:
+            row["shard"] = owner(row["id"], in_force.count)
+        if not as_json:
+            click.echo(
+                f"shard {in_force} (from {shard_source}): {len(selected)} selected store(s) of"
+                f" {len(rows)} listed",
+                err=True,
+            )
 
     def describe(row: dict[str, Any]) -> str:
         flags = [
@@ -164,6 +200,9 @@ def stores(ctx: click.Context, as_json: bool) -> None:
             )
             if on
         ]
+        if in_force is not None:
+            flags = [*([] if row["selected"] else ["not selected"]), *flags]
+            flags.append(f"shard {row['shard']}/{in_force.count}")
         return f"{row['id']}  {escape_for_terminal(row['name'])}  [{', '.join(flags) or 'not selected'}]"
 
     _emit(rows, as_json, describe)
@@ -182,6 +221,7 @@ def stores(ctx: click.Context, as_json: bool) -> None:
     metavar="ID",
     help="Import past this version (refused as unsafe) without its content; repeatable.",
 )
+@_shard_option
 @click.pass_context
 def pull(
     ctx: click.Context,
@@ -189,13 +229,14 @@ def pull(
     as_json: bool,
     full_scan: bool,
     skip_versions: tuple[str, ...],
+    shard: str | None,
 ) -> None:
     """Import new versions of the selected stores into their git mirrors."""
     from memsync.errors import combine_exit_codes
     from memsync.sync.pull import PullReport, pull_store
     from memsync.sync.stores import client_for, select_stores
 
-    config = _load_config(ctx)
+    config, _ = _sharded_config(ctx, shard)
     reports: list[PullReport] = []
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
@@ -294,8 +335,11 @@ def demo(ctx: click.Context, directory: Path) -> None:
     help="Pause a store after this many failed cycles in a row (default: daemon.max_failures).",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --once: print one JSON object.")
+@_shard_option
 @click.pass_context
-def daemon(ctx: click.Context, once: bool, max_failures: int | None, as_json: bool) -> None:
+def daemon(
+    ctx: click.Context, once: bool, max_failures: int | None, as_json: bool, shard: str | None
+) -> None:
     """Keep the selected stores in sync: scheduled pulls, pushes on save, /healthz and /metrics.
 
     Stops on SIGTERM or SIGINT after the cycle in flight (within daemon.shutdown_deadline), exit 0;
@@ -305,7 +349,7 @@ def daemon(ctx: click.Context, once: bool, max_failures: int | None, as_json: bo
 
     if as_json and not once:
         raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
-    config = _load_config(ctx)
+    config, _ = _sharded_config(ctx, shard)
     if once:
         reports, code = run_once(config)
         _emit(reports, as_json, _describe_cycle)
@@ -360,15 +404,16 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
 @cli.command()
 @click.argument("store_names", nargs=-1, metavar="[STORE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_shard_option
 @click.pass_context
-def sync(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> None:
+def sync(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None) -> None:
     """One full cycle per selected store: pull, reconcile the checkout, push, import what was pushed."""
     from memsync.errors import combine_exit_codes
     from memsync.sync.cycle import CycleReport, run_cycle
     from memsync.sync.pull import PullReport
     from memsync.sync.stores import client_for, select_stores
 
-    config = _load_config(ctx)
+    config, _ = _sharded_config(ctx, shard)
     done: list[CycleReport] = []
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
@@ -610,8 +655,11 @@ def resolve(
 @click.option(
     "--full-scan", is_flag=True, help="List every version first (propagates redactions before pushing)."
 )
+@_shard_option
 @click.pass_context
-def backup(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, full_scan: bool) -> None:
+def backup(
+    ctx: click.Context, store_names: tuple[str, ...], as_json: bool, full_scan: bool, shard: str | None
+) -> None:
     """Pull every selected store (archived ones too), then push each mirror to [[backup.remotes]].
 
     The imported history becomes the backup's main branch; the metadata branch and refs/memsync/*
@@ -621,7 +669,7 @@ def backup(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, full
     from memsync.sync.backup import backup_stores
     from memsync.sync.stores import client_for
 
-    config = _load_config(ctx)
+    config, _ = _sharded_config(ctx, shard)
     with client_for(config) as client, _progress(enabled=not as_json) as advance:
         reports = backup_stores(client, config, store_names, full_scan=full_scan, progress=advance)
     _emit([r.to_json() for r in reports], as_json, _describe_backup)
@@ -657,8 +705,9 @@ def _describe_backup(report: dict[str, Any]) -> str:
 @cli.command()
 @click.argument("store_names", nargs=-1, metavar="[STORE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_shard_option
 @click.pass_context
-def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> None:
+def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None) -> None:
     """Check each mirror against its live store; exit 5 when they differ.
 
     Every imported commit's content against its version's hash, no version missing, and the tip's
@@ -669,7 +718,7 @@ def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
     from memsync.sync.stores import client_for, select_stores
     from memsync.sync.verify import describe, verify_deleted, verify_store
 
-    config = _load_config(ctx)
+    config, _ = _sharded_config(ctx, shard)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
         reports = [verify_store(client, store, config.mirror.root) for store in selection.stores]

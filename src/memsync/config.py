@@ -12,6 +12,7 @@ import ipaddress
 import os
 import stat
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -141,6 +142,53 @@ class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+# A shard count this large is a typo: every listing scores each store once per shard.
+MAX_SHARDS = 1024
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (written ``I/N``, 0 ≤ I < N); which stores a shard owns is
+    decided by :mod:`memsync.engine.shards`."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(value: object) -> Shard:
+    """``"I/N"`` as a Shard; ValueError says what is wrong (the caller names where the value came from)."""
+    if isinstance(value, Shard):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    index, sep, count = text.partition("/")
+    if not (sep and index.isascii() and index.isdigit() and count.isascii() and count.isdigit()):
+        raise ValueError(f"{value!r} is not I/N (shard I of N shards, 0 ≤ I < N), e.g. 0/4")
+    shard = Shard(int(index), int(count))
+    if not 1 <= shard.count <= MAX_SHARDS:
+        raise ValueError(f"{value!r}: the shard count N must be between 1 and {MAX_SHARDS}")
+    if shard.index >= shard.count:
+        raise ValueError(
+            f"{value!r}: the shard index I must be below the count N (0 ≤ I < N): the shards of"
+            f" {shard.count} are 0/{shard.count} to {shard.count - 1}/{shard.count}"
+        )
+    return shard
+
+
+def _shard(value: object) -> Shard | None:
+    return None if value is None else parse_shard(value)
+
+
+class FleetConfig(_Section):
+    """``[fleet]``: this machine's share of the stores when several machines split them."""
+
+    # Set here for a machine with a config of its own; --shard, MEMSYNC_SHARD and a StatefulSet's
+    # MEMSYNC_SHARDS take precedence (docs/kubernetes.md).
+    shard: Annotated[Shard | None, BeforeValidator(_shard)] = None
+
+
 class AwarenessConfig(_Section):
     """One ``[[awareness]]`` table: an (identity, template) whose merged view the daemon keeps current."""
 
@@ -164,6 +212,7 @@ class Config(_Section):
     backup: BackupConfig = Field(default_factory=BackupConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     awareness: list[AwarenessConfig] = Field(default_factory=list)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
@@ -177,6 +226,10 @@ class Config(_Section):
         if len(set(pairs)) != len(pairs):
             raise ValueError("[[awareness]] names the same identity and template twice; keep one")
         return self
+
+    def with_shard(self, shard: Shard | None) -> Config:
+        """This config with ``fleet.shard`` replaced (the command line's or the environment's shard)."""
+        return self.model_copy(update={"fleet": self.fleet.model_copy(update={"shard": shard})})
 
     def token(self) -> str:
         """The API token, from ``token_env`` or ``token_file``."""

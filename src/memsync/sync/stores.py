@@ -1,4 +1,5 @@
-"""Which stores a command works on: the configured selection, narrowed by names on the command line."""
+"""Which stores a command works on: the configured selection, narrowed by names on the command line,
+then by this machine's shard (``fleet.shard``: memsync.engine.shards)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memsync.api import Client, Store, open_client
-from memsync.config import Config
+from memsync.config import Config, Shard
+from memsync.engine.shards import owner, owns
 from memsync.errors import UsageError
 
 
@@ -31,7 +33,9 @@ def select_stores(
     """The stores to work on: every listed store the config selects, or those named (id or name glob).
 
     A store named on the command line is taken even if it is archived; ``include_archived`` overrides
-    the config (backups take archived stores regardless). Unknown names are a usage error.
+    the config (backups take archived stores regardless). Unknown names are a usage error. With
+    ``fleet.shard`` set, only the stores that shard owns are kept, mirrors of deleted stores too; a
+    name that only matches stores of other shards is a usage error naming their shards.
     """
     archived_too = config.stores.include_archived if include_archived is None else include_archived
     listed = list(client.list_stores(include_archived=True))
@@ -65,7 +69,28 @@ def select_stores(
     ]
     if named:
         selection.deleted_remotely = [s for s in selection.deleted_remotely if s in named]
+    shard = config.fleet.shard
+    if shard is not None:
+        if named:
+            _check_named_in_shard(selection.stores, named, shard)
+        selection.stores = [store for store in selection.stores if owns(shard, store.id)]
+        # A deleted store's mirror is reported (and backed up) by its owner alone, like a live one.
+        selection.deleted_remotely = [s for s in selection.deleted_remotely if owns(shard, s)]
     return selection
+
+
+def _check_named_in_shard(stores: list[Store], named: tuple[str, ...], shard: Shard) -> None:
+    elsewhere = []
+    for name in named:
+        hits = [store for store in stores if name == store.id or fnmatch.fnmatchcase(store.name, name)]
+        if hits and not any(owns(shard, store.id) for store in hits):
+            owners = sorted({owner(store.id, shard.count) for store in hits})
+            elsewhere.append(f"{name} (shard {', '.join(f'{i}/{shard.count}' for i in owners)})")
+    if elsewhere:
+        raise UsageError(
+            f"{', '.join(elsewhere)}: not in shard {shard}; run it on its shard, or with --shard 0/1"
+            " (one shard owning every store); `memsync stores --shard I/N` shows the assignment"
+        )
 
 
 def existing_mirrors(root: Path) -> list[Path]:
