@@ -59,6 +59,15 @@ def test_metadata_is_refreshed_at_the_fewest_requests(kwargs: dict[str, object],
     assert metadata_source(entry_count=250, **kwargs) == expected  # type: ignore[arg-type]
 
 
+def test_a_read_that_brings_a_new_content_along_costs_nothing_extra() -> None:
+    common = {"imported": True, "complete": False, "has_metadata": True, "entry_count": 40}
+    # One page of memories against one read that also fetches the memory's new content: read.
+    assert metadata_source(live_touched=1, contents_saved=1, **common) == "read"  # type: ignore[arg-type]
+    # Known contents: the read would be a request of its own, as the listing is; a tie lists.
+    assert metadata_source(live_touched=1, contents_saved=0, **common) == "listed"  # type: ignore[arg-type]
+    assert metadata_source(live_touched=5, contents_saved=2, **common) == "listed"  # type: ignore[arg-type]
+
+
 def test_an_unknown_store_size_lists_and_a_small_store_reads_nothing_for_deletes() -> None:
     common = {"imported": True, "complete": False, "has_metadata": True}
     assert metadata_source(entry_count=None, live_touched=1, **common) == "listed"

@@ -222,6 +222,11 @@ def test_a_mirror_that_starts_after_expired_versions_says_so(server_factory: Fac
     shown = memsync("--config", str(config), "status", "--json", env=env)
     (status,) = stores_json(shown).values()
     assert status["history_truncated"] == {"commit": first, "memories": 1}
+    shown = memsync("--config", str(config), "status", env=env)
+    assert (
+        "  history: starts after versions that expired before the first import (1 memory(ies) begin"
+        f" without their creation; History-Truncated on {first})"
+    ) in shown.stdout.splitlines()
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
         checked = verify_store(client, store, tmp_path / "mirrors")
     assert checked.ok and not checked.drift
@@ -304,8 +309,8 @@ def test_a_delete_whose_tombstone_expired_is_inferred_by_the_next_full_scan(
         assert pull_store(client, store, tmp_path / "one", full_scan=True).inferred_deletes == []
         client.update_memory(store.id, kept.id, "still here\n", expected_sha256=kept.content_sha256)
         after = pull_store(client, store, tmp_path / "one")
-        # One page of versions, the new content, one page of memories for their metadata.
-        assert after.ok and after.imported == 1 and after.requests == 3, after
+        # One page of versions and one read of the memory (its metadata, and the new content).
+        assert after.ok and after.imported == 1 and after.requests == 2, after
         assert files_at(repo, "memstore/main") == {"kept.md": "still here\n"}
 
 
@@ -350,9 +355,10 @@ def test_metadata_follows_every_pull_that_imports(
         a.id: document("a.md", {"source": "agent"}),
         b.id: document("b.md", {"owner": "bo"}),
     }
-    # One page of versions, two contents, and one page of memories (cheaper than reading a and b).
-    assert report.requests == 1 + 2 + 1
-    assert report.metadata == {"memories": "listed", "requests": 1}
+    # One page of versions and a read of a and b, which brings their new contents along: no request
+    # beyond what the import alone costs (one page and two contents).
+    assert report.requests == 1 + 2
+    assert report.metadata == {"memories": "read", "requests": 2}
     nothing = pull_store(client, store, tmp_path)
     assert nothing.requests == 1 and nothing.metadata == {"memories": "unchanged", "requests": 0}
 
@@ -396,3 +402,37 @@ def test_anthropic_metadata_follows_renames_without_a_request(server: ServerProc
         fresh = pull_store(client, store, tmp_path / "fresh")
         assert fresh.ok
     assert metadata_documents(tmp_path / "fresh" / store.id) == metadata_documents(tmp_path / store.id)
+
+
+def test_metadata_catches_up_after_a_pull_killed_before_its_snapshot(
+    client: Client, server: ServerProcess, tmp_path: Path
+) -> None:
+    store = new_store(client, "meta-killed")
+    a = client.create_memory(store.id, "a.md", "a1\n", metadata={"owner": "ana"})
+    config = write_config(tmp_path, server.base_url, include=[store.id])
+    env = {"MS_TOKEN": server.token}
+    assert memsync("--config", str(config), "pull", env=env).returncode == 0
+    agent_write(server, store.id, a.id, "a2 by the agent\n")
+    b = client.create_memory(store.id, "b.md", "b1\n", metadata={"owner": "bo"})
+    # One commit per pack, killed right after the second: both versions are in, the snapshot is not.
+    killed = memsync(
+        "--config",
+        str(config),
+        "pull",
+        env={**env, "MEMSYNC_IMPORT_BATCH": "1", "MEMSYNC_CRASH_AT": "pull.version:2"},
+    )
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    repo = tmp_path / "mirrors" / store.id
+    assert len(commits(repo)) == 3
+    assert metadata_documents(repo) == {a.id: document("a.md", {"owner": "ana"})}
+
+    done = memsync("--config", str(config), "pull", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    entry = stores_json(done)[store.id]
+    assert entry["imported"] == 0 and entry["metadata"] == {"memories": "listed", "requests": 1}
+    assert metadata_documents(repo) == {
+        a.id: document("a.md", {"source": "agent"}),
+        b.id: document("b.md", {"owner": "bo"}),
+    }
+    again = stores_json(memsync("--config", str(config), "pull", "--json", env=env))[store.id]
+    assert again["requests"] == 1 and again["metadata"] == {"memories": "unchanged", "requests": 0}

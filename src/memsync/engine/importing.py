@@ -121,14 +121,23 @@ MetadataSource = Literal["unchanged", "listed", "read", "from-versions"]
 
 
 def metadata_source(
-    *, imported: bool, complete: bool, has_metadata: bool, live_touched: int, entry_count: int | None
+    *,
+    imported: bool,
+    complete: bool,
+    has_metadata: bool,
+    live_touched: int,
+    entry_count: int | None,
+    contents_saved: int = 0,
 ) -> MetadataSource:
     """How a pull refreshes the memories' metadata snapshot, at the fewest requests.
 
     Nothing imported: nothing to refresh (``unchanged``). A first import or a full scan lists every
     memory anyway (``complete``). Without memory metadata (Anthropic) the documents are the paths the
     new versions carry (``from-versions``, no request). Otherwise the touched live memories are read
-    one by one (``read``) when that is fewer requests than listing every memory, 100 a page.
+    one by one (``read``) when that costs fewer requests than listing every memory, 100 a page: a
+    read also brings the memory's content, which spares the content request of its newest version
+    when that content is new to the mirror (``contents_saved`` of them). A tie lists: a listing also
+    catches metadata changed without a version.
     """
     if not imported and not complete:
         return "unchanged"
@@ -137,7 +146,7 @@ def metadata_source(
     if not has_metadata:
         return "from-versions"
     # A listing costs at least its first page, even of an empty store.
-    if entry_count is not None and live_touched < max(1, math.ceil(entry_count / LIST_PAGE)):
+    if entry_count is not None and live_touched - contents_saved < max(1, math.ceil(entry_count / LIST_PAGE)):
         return "read"
     return "listed"
 

@@ -34,6 +34,7 @@ from memsync.mirror.history import (
     history_facts,
 )
 from memsync.mirror.ignores import TEMPORARIES, is_ignore_file, is_ignored
+from memsync.mirror.metadata import metadata_follows, note_metadata_follows
 from memsync.mirror.paths import (
     decode_path,
     decode_paths,
@@ -186,6 +187,8 @@ __all__ = [
     "keep_base_ids",
     "locate",
     "main_rewind",
+    "metadata_follows",
+    "note_metadata_follows",
     "open_conflicts",
     "push_mirror",
     "pushed_refs",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,31 @@ def write_metadata(
     mirror.add_pack(batch)
     mirror.set_ref_if_equals(mirror.METADATA_REF, commit.hex(), parent, message="memsync: metadata snapshot")
     return commit.hex()
+
+
+# The tip of memstore/main the memory documents were last brought up to (a note, not a ref: losing it
+# costs one listing of every memory, the way a mirror without it is brought up to date).
+FOLLOWS_FILE = "metadata-follows"
+
+
+def metadata_follows(mirror: Mirror) -> str | None:
+    """The imported tip the memories' metadata was last refreshed for, if noted."""
+    try:
+        text = (mirror.state_dir / FOLLOWS_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if len(text) == 40 else None
+
+
+def note_metadata_follows(mirror: Mirror, tip: str | None) -> None:
+    """Note that the memories' metadata reflects the store as of the imported ``tip``."""
+    target = mirror.state_dir / FOLLOWS_FILE
+    if tip is None:
+        target.unlink(missing_ok=True)
+        return
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(tip + "\n", encoding="ascii")
+    os.replace(tmp, target)
 
 
 def _memory_file(memory_id: str) -> bytes:

@@ -79,6 +79,8 @@ from memsync.mirror import (
     escape_for_terminal,
     history_facts,
     inferred_version_id,
+    metadata_follows,
+    note_metadata_follows,
     rewrite_pending,
     rewrite_redacted,
 )
@@ -232,6 +234,8 @@ class _Importer:
         self.read: dict[str, Memory] = {}
         self.listed: set[str] | None = None  # every live memory's id, when a full scan listed them
         self.listing_complete = False  # every memory was listed: one not listed is gone
+        self.metadata_behind = False
+        self.metadata_done = False  # the memory documents follow the store (nothing failed)
         self.served: dict[str, str | None] = {}  # SHA-256 served now, of the memories looked at
         self.known_contents: dict[str, str] = {}  # version id → its content, read with its memory
 
@@ -240,6 +244,9 @@ class _Importer:
     def run(self, *, full_scan: bool) -> None:
         checkpoint = _checkpoint(self.mirror)
         self.full_scan = full_scan
+        # A pull killed between its import and its metadata snapshot left the metadata behind the
+        # tip: the versions it imported are no longer new, so only a listing of every memory catches up.
+        self.metadata_behind = metadata_follows(self.mirror) != self.mirror.tip()
         if checkpoint is None:
             self.truncation = TruncationCounter()
         elif not full_scan:
@@ -263,7 +270,7 @@ class _Importer:
             self.truncation.see(version.memory_id, version.operation.value)
         if self.touched is not None and version.memory_id not in self.touched:
             self.touched[version.memory_id] = _Touch(
-                version.id, version.operation, version.path, version.content_sha256
+                version.id, version.operation, version.path, version.content_sha256, version.has_content
             )
 
     def _list_incremental(self, checkpoint: Checkpoint | None, spool: ReverseSpool[MemoryVersion]) -> bool:
@@ -521,12 +528,23 @@ class _Importer:
         has_metadata = self.client.dialect is not Dialect.ANTHROPIC
         if not has_metadata and any(v.path is None for v in live):
             has_metadata = True  # a version without its path cannot say where its memory is
+        # Newest versions whose content is new to the mirror: a read of their memory brings it.
+        saved = sum(
+            1
+            for t in live
+            if t.has_content
+            and t.content_sha256 is not None
+            and t.version_id not in self.skip_versions
+            and self.client.dialect is not Dialect.ANTHROPIC
+            and self.mirror.blob_for_sha256(t.content_sha256) is None
+        )
         self.source = metadata_source(
             imported=imported,
-            complete=self.touched is None,
+            complete=self.touched is None or self.metadata_behind,
             has_metadata=has_metadata,
             live_touched=len(live),
             entry_count=self.store.entry_count,
+            contents_saved=saved,
         )
         if self.source != "read":
             return
@@ -585,7 +603,7 @@ class _Importer:
 
             try:
                 self.mirror.write_metadata(store=document, memories=documents(), when=when)
-                self.listing_complete = True
+                self.listing_complete = self.metadata_done = True
                 self.listed = listed if self.full_scan else None
                 return
             except ApiError as exc:
@@ -609,6 +627,7 @@ class _Importer:
             elif self.served.get(memory_id, "") is None:
                 removed.append(memory_id)  # deleted after the listing: its tombstone comes next
         self.mirror.write_metadata(store=document, memories=None, when=when, changed=changed, removed=removed)
+        self.metadata_done = True
         self._report_metadata()
 
     def _report_metadata(self) -> None:
@@ -660,7 +679,10 @@ class _Importer:
         )
 
     def note_history(self, *, first_import: bool) -> None:
-        """Report what the first commit records about history lost before it (History-Truncated)."""
+        """Report what the first commit records about history lost before it (History-Truncated),
+        and note the tip the memories' metadata now follows."""
+        if self.metadata_done:
+            note_metadata_follows(self.mirror, self.mirror.tip())
         facts = history_facts(self.mirror)
         if facts.truncated is None or facts.root is None:
             return
@@ -760,6 +782,7 @@ class _Touch(NamedTuple):
     operation: Operation
     path: str | None
     content_sha256: str | None
+    has_content: bool
 
 
 def _memory_document(memory: Memory) -> dict[str, Any]:
