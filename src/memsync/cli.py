@@ -589,6 +589,13 @@ def _describe_status(report: dict[str, Any]) -> str:
         lines.append(f"  daemon: {', '.join(bits)}")
     if report.get("blocked"):
         lines.append(f"  blocked: {esc(report['blocked'])}")
+    truncated = report.get("history_truncated")
+    if truncated:
+        lines.append(
+            "  history: starts after versions that expired before the first import"
+            f" ({truncated['memories']} memory(ies) begin without their creation; History-Truncated on"
+            f" {truncated['commit']})"
+        )
     for item in report["conflicts"]:
         lines.append(
             f"  conflict: {esc(item['path'])}: {esc(item['reason'])} (since {item['recorded_at']}; sides"
@@ -712,7 +719,8 @@ def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shar
 
     Every imported commit's content against its version's hash, no version missing, and the tip's
     files against the store's memories. Each difference is named: mismatch, redacted, missing,
-    behind, tree, unlisted, store-gone; expired and skipped are reported but are no drift.
+    behind, tree, unlisted, store-gone; expired, skipped, inferred (a delete memsync inferred)
+    and truncated (history lost before the first import) are reported but are no drift.
     """
     from memsync.errors import combine_exit_codes
     from memsync.sync.stores import client_for, select_stores
