@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -93,11 +94,15 @@ class PushConfig(_Section):
 
 
 class DaemonHttpConfig(_Section):
+    # Declared before listen, so that listen's validator sees it. In a container the kubelet's probes
+    # and Prometheus reach the pod on its own address, never on its loopback: there, and only where
+    # the network is yours, `expose = true` lets listen be any address.
+    expose: bool = False
     listen: str | None = None  # "127.0.0.1:9465"; off when unset
 
     @field_validator("listen")
     @classmethod
-    def _loopback(cls, value: str | None) -> str | None:
+    def _loopback(cls, value: str | None, info: ValidationInfo) -> str | None:
         # /metrics names the stores: serve it on loopback only (a proxy can publish it on purpose).
         if value is None:
             return None
@@ -105,6 +110,8 @@ class DaemonHttpConfig(_Section):
         host = host.removeprefix("[").removesuffix("]")
         if not sep or not port.isdigit() or int(port) > 65535:
             raise ValueError(f'{value!r} is not host:port, e.g. "127.0.0.1:9465"')
+        if info.data.get("expose"):
+            return value
         if host != "localhost":
             try:
                 loopback = ipaddress.ip_address(host).is_loopback
@@ -113,6 +120,8 @@ class DaemonHttpConfig(_Section):
             if not loopback:
                 raise ValueError(
                     f'{value!r} is not a loopback address; use e.g. "127.0.0.1:9465" or "[::1]:9465"'
+                    " (or set daemon.http.expose = true to serve /metrics, which names your stores,"
+                    " on a network you control, as in a Kubernetes pod)"
                 )
         return value
 
