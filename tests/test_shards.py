@@ -75,13 +75,14 @@ def test_adding_a_shard_moves_about_one_in_n_plus_one(seed: int, count: int) -> 
     before, after = assignment(ids, count), assignment(ids, count + 1)
     moved = [i for i in ids if before[i] != after[i]]
     assert all(after[i] == count for i in moved)
-    # Each store moves with probability 1/(N+1), independently: allow 5 standard deviations.
+    # Each store moves with probability 1/(N+1), independently: allow 6 standard deviations (a false
+    # alarm about once in a billion checks).
     p = 1 / (count + 1)
     mean, sd = len(ids) * p, math.sqrt(len(ids) * p * (1 - p))
-    assert abs(len(moved) - mean) <= 5 * sd, (len(moved), mean)
+    assert abs(len(moved) - mean) <= 6 * sd, (len(moved), mean)
     # And every shard gets its share.
     sizes = [sum(1 for i in ids if after[i] == s) for s in range(count + 1)]
-    assert all(abs(size - mean) <= 5 * sd for size in sizes), sizes
+    assert all(abs(size - mean) <= 6 * sd for size in sizes), sizes
 
 
 # --- the spec and where it comes from ---------------------------------------------------------------
