@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alive", action="store_true", help="any HTTP answer will do (503 too)")
     parser.add_argument("--timeout", type=float, default=4.0, help="seconds to wait for the answer")
     options = parser.parse_args(argv)
+    # Never through a proxy from the environment (HTTP_PROXY): the daemon is on this host.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(options.url, timeout=options.timeout) as answer:
+        with opener.open(options.url, timeout=options.timeout) as answer:
             status = answer.status
             body = answer.read(2000).decode("utf-8", "replace").strip()
     except urllib.error.HTTPError as exc:
