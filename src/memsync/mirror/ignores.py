@@ -55,8 +55,7 @@ EXCLUDE_BLOCK = (
     "# memsync: editor and tool temporaries are never memories (untracked files only)\n"
     + "".join(f"{pattern}\n" for pattern, _ in TEMPORARIES)
     + "# memsync: your .gitignore files are yours, never memories (a memory named .gitignore is"
-    " %2Egitignore)\n"
-    + f"{IGNORE_FILE}\n"
+    " %2Egitignore)\n" + f"{IGNORE_FILE}\n"
 )
 
 # What earlier versions of memsync wrote: replaced by EXCLUDE_BLOCK where found, so a mirror does not
