@@ -129,13 +129,25 @@ _shard_option = click.option(
 )
 
 
-def _sharded_config(ctx: click.Context, flag: str | None) -> tuple[Any, str | None]:
-    """The config with the shard in force (flag > environment > StatefulSet > file), and its source."""
+# pull, backup, verify, sync and daemon work on several stores at once ([fleet] concurrency).
+_jobs_option = click.option(
+    "--jobs",
+    "jobs",
+    metavar="N",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Stores worked on at once (default: [fleet] concurrency, 8).",
+)
+
+
+def _sharded_config(ctx: click.Context, flag: str | None, jobs: int | None = None) -> tuple[Any, str | None]:
+    """The config with the shard in force (flag > environment > StatefulSet > file), and its source;
+    ``--jobs`` replaces ``fleet.concurrency``."""
     import socket
 
     from memsync.engine.shards import resolve_shard
 
-    config = _load_config(ctx)
+    config = _load_config(ctx).with_concurrency(jobs)
     shard, source = resolve_shard(flag, os.environ, socket.gethostname(), config.fleet.shard)
     return config.with_shard(shard), source
 
@@ -222,6 +234,7 @@ def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
     help="Import past this version (refused as unsafe) without its content; repeatable.",
 )
 @_shard_option
+@_jobs_option
 @click.pass_context
 def pull(
     ctx: click.Context,
@@ -230,28 +243,32 @@ def pull(
     full_scan: bool,
     skip_versions: tuple[str, ...],
     shard: str | None,
+    jobs: int | None,
 ) -> None:
-    """Import new versions of the selected stores into their git mirrors."""
+    """Import new versions of the selected stores into their git mirrors, several stores at once."""
     from memsync.errors import combine_exit_codes
+    from memsync.sync.fleet import for_each_store
     from memsync.sync.pull import PullReport, pull_store
     from memsync.sync.stores import client_for, select_stores
 
-    config, _ = _sharded_config(ctx, shard)
-    reports: list[PullReport] = []
+    config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
-        with _progress(enabled=not as_json) as advance:
-            for store in selection.stores:
-                reports.append(
-                    pull_store(
-                        client,
-                        store,
-                        config.mirror.root,
-                        full_scan=full_scan,
-                        skip_versions=frozenset(skip_versions),
-                        progress=advance,
-                    )
-                )
+        with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
+            reports: list[PullReport] = for_each_store(
+                client,
+                selection.stores,
+                lambda own, store: pull_store(
+                    own,
+                    store,
+                    config.mirror.root,
+                    full_scan=full_scan,
+                    skip_versions=frozenset(skip_versions),
+                    progress=progress.versions,
+                ),
+                jobs=config.fleet.concurrency,
+                done=progress.store_done,
+            )
     for store_id in selection.deleted_remotely:
         gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
         gone.warnings.append("the store was deleted remotely (or this token lost access); its mirror is kept")
@@ -282,29 +299,68 @@ def _describe_pull(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _progress(*, enabled: bool) -> Any:
-    """A progress counter on a terminal (stderr), nothing otherwise."""
+class _Quiet:
+    """Progress nobody sees (stderr is no terminal, or --json)."""
+
+    def versions(self, n: int) -> None:
+        pass
+
+    def store_done(self, report: object = None) -> None:
+        pass
+
+    def total(self, n: int) -> None:
+        pass
+
+
+def _progress(*, enabled: bool, total: int | None = None) -> Any:
+    """Stores done of ``total`` and versions imported, on stderr when it is a terminal; else nothing.
+
+    ``versions`` and ``store_done`` are called from the threads working on the stores (rich's
+    Progress takes its own lock).
+    """
     from contextlib import contextmanager
 
     @contextmanager
     def quiet() -> Any:
-        yield None
+        yield _Quiet()
 
     if not enabled or not sys.stderr.isatty():
         return quiet()
 
     @contextmanager
     def bar() -> Any:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        import threading
 
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        imported = [0]
+        lock = threading.Lock()
         with Progress(
             SpinnerColumn(),
-            TextColumn("importing: {task.completed} versions"),
+            TextColumn("{task.completed}/{task.total} stores"),
+            BarColumn(),
+            TextColumn("{task.fields[versions]} versions imported"),
             TimeElapsedColumn(),
+            console=Console(stderr=True),
             transient=True,
         ) as progress:
-            task = progress.add_task("import", total=None)
-            yield lambda n: progress.advance(task, n)
+            task = progress.add_task("stores", total=total, versions=0)
+
+            class Shown:
+                def versions(self, n: int) -> None:
+                    with lock:
+                        imported[0] += n
+                        count = imported[0]
+                    progress.update(task, versions=count)
+
+                def store_done(self, report: object = None) -> None:
+                    progress.advance(task, 1)
+
+                def total(self, n: int) -> None:
+                    progress.update(task, total=n)
+
+            yield Shown()
 
     return bar()
 
@@ -336,9 +392,15 @@ def demo(ctx: click.Context, directory: Path) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="With --once: print one JSON object.")
 @_shard_option
+@_jobs_option
 @click.pass_context
 def daemon(
-    ctx: click.Context, once: bool, max_failures: int | None, as_json: bool, shard: str | None
+    ctx: click.Context,
+    once: bool,
+    max_failures: int | None,
+    as_json: bool,
+    shard: str | None,
+    jobs: int | None,
 ) -> None:
     """Keep the selected stores in sync: scheduled pulls, pushes on save, /healthz and /metrics.
 
@@ -349,7 +411,7 @@ def daemon(
 
     if as_json and not once:
         raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
-    config, _ = _sharded_config(ctx, shard)
+    config, _ = _sharded_config(ctx, shard, jobs)
     if once:
         reports, code = run_once(config)
         _emit(reports, as_json, _describe_cycle)
@@ -405,21 +467,31 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
 @click.argument("store_names", nargs=-1, metavar="[STORE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_shard_option
+@_jobs_option
 @click.pass_context
-def sync(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None) -> None:
-    """One full cycle per selected store: pull, reconcile the checkout, push, import what was pushed."""
+def sync(
+    ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None, jobs: int | None
+) -> None:
+    """One full cycle per selected store: pull, reconcile the checkout, push, import what was pushed.
+    Several stores at once (--jobs)."""
     from memsync.errors import combine_exit_codes
     from memsync.sync.cycle import CycleReport, run_cycle
+    from memsync.sync.fleet import for_each_store
     from memsync.sync.pull import PullReport
     from memsync.sync.stores import client_for, select_stores
 
-    config, _ = _sharded_config(ctx, shard)
-    done: list[CycleReport] = []
+    config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
-        for store in selection.stores:
-            done.append(
-                run_cycle(client, store, config.mirror.root, max_delete_share=config.push.max_delete_share)
+        with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
+            done: list[CycleReport] = for_each_store(
+                client,
+                selection.stores,
+                lambda own, store: run_cycle(
+                    own, store, config.mirror.root, max_delete_share=config.push.max_delete_share
+                ),
+                jobs=config.fleet.concurrency,
+                done=progress.store_done,
             )
     for store_id in selection.deleted_remotely:
         gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
@@ -663,22 +735,37 @@ def resolve(
     "--full-scan", is_flag=True, help="List every version first (propagates redactions before pushing)."
 )
 @_shard_option
+@_jobs_option
 @click.pass_context
 def backup(
-    ctx: click.Context, store_names: tuple[str, ...], as_json: bool, full_scan: bool, shard: str | None
+    ctx: click.Context,
+    store_names: tuple[str, ...],
+    as_json: bool,
+    full_scan: bool,
+    shard: str | None,
+    jobs: int | None,
 ) -> None:
     """Pull every selected store (archived ones too), then push each mirror to [[backup.remotes]].
 
     The imported history becomes the backup's main branch; the metadata branch and refs/memsync/*
-    go alongside. Fast-forward only, except refs a redaction rewrote.
+    go alongside. Fast-forward only, except refs a redaction rewrote. Several stores at once (--jobs).
     """
     from memsync.errors import combine_exit_codes
     from memsync.sync.backup import backup_stores
     from memsync.sync.stores import client_for
 
-    config, _ = _sharded_config(ctx, shard)
-    with client_for(config) as client, _progress(enabled=not as_json) as advance:
-        reports = backup_stores(client, config, store_names, full_scan=full_scan, progress=advance)
+    config, _ = _sharded_config(ctx, shard, jobs)
+    with client_for(config) as client, _progress(enabled=not as_json) as progress:
+        reports = backup_stores(
+            client,
+            config,
+            store_names,
+            full_scan=full_scan,
+            progress=progress.versions,
+            jobs=config.fleet.concurrency,
+            selected=progress.total,
+            done=progress.store_done,
+        )
     _emit([r.to_json() for r in reports], as_json, _describe_backup)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
@@ -713,8 +800,11 @@ def _describe_backup(report: dict[str, Any]) -> str:
 @click.argument("store_names", nargs=-1, metavar="[STORE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_shard_option
+@_jobs_option
 @click.pass_context
-def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None) -> None:
+def verify(
+    ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shard: str | None, jobs: int | None
+) -> None:
     """Check each mirror against its live store; exit 5 when they differ.
 
     Every imported commit's content against its version's hash, no version missing, and the tip's
@@ -723,13 +813,21 @@ def verify(ctx: click.Context, store_names: tuple[str, ...], as_json: bool, shar
     and truncated (history lost before the first import) are reported but are no drift.
     """
     from memsync.errors import combine_exit_codes
+    from memsync.sync.fleet import for_each_store
     from memsync.sync.stores import client_for, select_stores
     from memsync.sync.verify import describe, verify_deleted, verify_store
 
-    config, _ = _sharded_config(ctx, shard)
+    config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
-        reports = [verify_store(client, store, config.mirror.root) for store in selection.stores]
+        with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
+            reports = for_each_store(
+                client,
+                selection.stores,
+                lambda own, store: verify_store(own, store, config.mirror.root),
+                jobs=config.fleet.concurrency,
+                done=progress.store_done,
+            )
     reports += [verify_deleted(config.mirror.root, store_id) for store_id in selection.deleted_remotely]
     _emit([r.to_json() for r in reports], as_json, describe)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))

@@ -135,6 +135,12 @@ class DaemonConfig(_Section):
     full_scan_interval: Seconds = 86400.0
     max_failures: int = Field(default=5, ge=1)
     shutdown_deadline: Seconds = 30.0
+    # Watch the checkouts for saves (inotify). Off: no watcher at all; saves are picked up by the
+    # scheduled cycles (backup fleets nobody edits).
+    watch: bool = True
+    # At most this many inotify watches (one per folder of each checkout); None: as many as
+    # fs.inotify.max_user_watches leaves. Past the limit the daemon does not watch (docs/daemon.md).
+    max_watches: int | None = Field(default=None, ge=0)
     http: DaemonHttpConfig = Field(default_factory=DaemonHttpConfig)
 
 
@@ -190,9 +196,18 @@ def _shard(value: object) -> Shard | None:
     return None if value is None else parse_shard(value)
 
 
-class FleetConfig(_Section):
-    """``[fleet]``: this machine's share of the stores when several machines split them."""
+# Stores worked on at once by default: across a network a store's no-op pull is one round trip
+# plus a few milliseconds of CPU, so about 8 in flight keep one core busy (benchmarks/fleet_bench.py).
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 256
 
+
+class FleetConfig(_Section):
+    """``[fleet]``: how many stores this machine works on at once, and its share of the stores when
+    several machines split them."""
+
+    # pull, backup, verify, sync and the daemon's cycles; --jobs N overrides it.
+    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=MAX_CONCURRENCY)
     # Set here for a machine with a config of its own; --shard, MEMSYNC_SHARD and a StatefulSet's
     # MEMSYNC_SHARDS take precedence (docs/kubernetes.md).
     shard: Annotated[Shard | None, BeforeValidator(_shard)] = None
@@ -239,6 +254,12 @@ class Config(_Section):
     def with_shard(self, shard: Shard | None) -> Config:
         """This config with ``fleet.shard`` replaced (the command line's or the environment's shard)."""
         return self.model_copy(update={"fleet": self.fleet.model_copy(update={"shard": shard})})
+
+    def with_concurrency(self, concurrency: int | None) -> Config:
+        """This config with ``fleet.concurrency`` replaced (``--jobs N``); None keeps it."""
+        if concurrency is None:
+            return self
+        return self.model_copy(update={"fleet": self.fleet.model_copy(update={"concurrency": concurrency})})
 
     def token(self) -> str:
         """The API token, from ``token_env`` or ``token_file``."""

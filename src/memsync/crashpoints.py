@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 ENV = "MEMSYNC_CRASH_AT"
 _passes: dict[str, int] = {}
+# Stores are worked on in threads (memsync.sync.fleet): every pass is counted, none twice.
+_lock = threading.Lock()
 
 
 def crash_point(step: str) -> None:
@@ -22,6 +25,8 @@ def crash_point(step: str) -> None:
     name, _, count = spec.rpartition(":")
     if name != step:
         return
-    _passes[step] = _passes.get(step, 0) + 1
-    if str(_passes[step]) == count:
+    with _lock:
+        _passes[step] = _passes.get(step, 0) + 1
+        reached = str(_passes[step]) == count
+    if reached:
         os.kill(os.getpid(), signal.SIGKILL)

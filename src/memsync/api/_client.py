@@ -17,6 +17,7 @@ settled from what the store holds, never repeated blindly (design.md §3):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import math
@@ -89,10 +90,13 @@ class Client:
         max_pages: int = DEFAULT_MAX_PAGES,
         fetch_concurrency: int | None = None,
         fetch_max_concurrency: int = DEFAULT_FETCH_MAX_CONCURRENCY,
+        max_connections: int | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """``fetch_concurrency``: requests in flight in :meth:`fetch_contents`; None adapts it to the
-        observed latency, up to ``fetch_max_concurrency``. ``transport`` replaces the network (tests)."""
+        observed latency, up to ``fetch_max_concurrency``. ``max_connections``: the connection pool's
+        size (default: one fetch's requests in flight, plus 4); a client whose :meth:`share` copies
+        work for N stores at once wants N times that. ``transport`` replaces the network (tests)."""
         self._dialect = Dialect(dialect)
         self._wire = Wire(self._dialect)
         self._http = Transport(
@@ -102,7 +106,7 @@ class Client:
             timeout=timeout,
             retry=retry,
             max_body_bytes=max_body_bytes,
-            max_connections=max(fetch_max_concurrency, fetch_concurrency or 1) + 4,
+            max_connections=max_connections or max(fetch_max_concurrency, fetch_concurrency or 1) + 4,
             transport=transport,
         )
         self._max_pages = max_pages
@@ -130,7 +134,19 @@ class Client:
         return self._http.retry_count
 
     def close(self) -> None:
+        """Close the connection pool (a :meth:`share` copy leaves its original's open)."""
         self._http.close()
+
+    def share(self) -> Client:
+        """A client over this one's connection pool, token and settings, with its own request counters.
+
+        Stores worked on at once each get one: :attr:`request_count` then counts one store's requests
+        (the budgets of design.md §5 are per store), while keep-alive connections are reused across
+        stores. Closing the copy leaves the pool open; close this client when every copy is done.
+        """
+        twin = copy.copy(self)
+        twin._http = self._http.share()
+        return twin
 
     def __enter__(self) -> Client:
         return self

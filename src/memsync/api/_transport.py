@@ -11,6 +11,7 @@ answer passes ``before_retry``, which looks for the write's effect before it is 
 
 from __future__ import annotations
 
+import copy
 import email.utils
 import json
 import logging
@@ -167,6 +168,17 @@ class Transport:
         self._transport = transport or httpx.HTTPTransport(
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         )
+        # A transport made by share() sends over its original's connections; only the original closes them.
+        self._owns_connections = True
+
+    def share(self) -> Transport:
+        """A transport over the same connection pool and settings, with request counters of its own."""
+        twin = copy.copy(self)
+        twin._lock = threading.Lock()
+        twin._requests = 0
+        twin._retries = 0
+        twin._owns_connections = False
+        return twin
 
     @property
     def request_count(self) -> int:
@@ -178,7 +190,8 @@ class Transport:
         return self._retries
 
     def close(self) -> None:
-        self._transport.close()
+        if self._owns_connections:
+            self._transport.close()
 
     def __repr__(self) -> str:
         return f"<Transport {display_url(self.base_url)}>"

@@ -31,6 +31,7 @@ from memsync.errors import (
     combine_exit_codes,
 )
 from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
+from memsync.sync.fleet import for_each_store
 from memsync.sync.pull import PullReport, mirror_path, pull_store, store_lock
 from memsync.sync.report import StoreReport
 from memsync.sync.stores import select_stores
@@ -108,8 +109,15 @@ def backup_stores(
     *,
     full_scan: bool = False,
     progress: Progress | None = None,
+    jobs: int = 1,
+    selected: Callable[[int], None] | None = None,
+    done: Callable[[BackupReport], None] | None = None,
 ) -> list[BackupReport]:
-    """Pull and push every selected store (archived included) and every mirror of a deleted store."""
+    """Pull and push every selected store (archived included) and every mirror of a deleted store.
+
+    ``jobs`` stores at once (memsync.sync.fleet); the reports come in the selection's order.
+    ``selected`` hears how many stores there are once they are known, ``done`` each finished report.
+    """
     remotes = [remote.url for remote in config.backup.remotes]
     if not remotes:
         raise UsageError(
@@ -131,16 +139,22 @@ def backup_stores(
         )
         stores.append((None, gone))
     targets = _targets(stores, remotes, config)
-    for store, report in stores:
+    if selected is not None:
+        selected(len(stores))
+
+    def back_up(own: Client, item: tuple[Store | None, BackupReport]) -> BackupReport:
+        store, report = item
         if store is not None:
-            pulled = pull_store(client, store, root, full_scan=full_scan, progress=progress)
+            pulled = pull_store(own, store, root, full_scan=full_scan, progress=progress)
             _take_pull(report, pulled)
             # The mirror is up to date and nothing is pushed yet: a kill here leaves the remotes behind.
             crash_point("backup.pulled")
             if pulled.exit_code == EXIT_LOCKED:
-                continue  # another memsync is writing this mirror: push nothing half-written
+                return report  # another memsync is writing this mirror: push nothing half-written
         _push_all(root, report, targets.get(report.id, []))
-    return [report for _, report in stores]
+        return report
+
+    return for_each_store(client, stores, back_up, jobs=jobs, done=done)
 
 
 def _name_from_mirror(root: Path, store_id: str) -> str:

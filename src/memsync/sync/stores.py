@@ -12,9 +12,18 @@ from memsync.config import Config, Shard
 from memsync.engine.shards import owner, owns
 from memsync.errors import UsageError
 
+# Connections one store's work may hold at once: a content fetch's requests in flight (at most 16,
+# memsync.api) and a few besides.
+CONNECTIONS_PER_STORE = 20
+
 
 def client_for(config: Config, **options: object) -> Client:
-    """A client for the configured API; the token is read here and handed over, never stored."""
+    """A client for the configured API; the token is read here and handed over, never stored.
+
+    Its connection pool is sized for ``fleet.concurrency`` stores at once, each through its own
+    :meth:`Client.share` copy (memsync.sync.fleet).
+    """
+    options.setdefault("max_connections", CONNECTIONS_PER_STORE * config.fleet.concurrency)
     return open_client(
         config.api.dialect, config.api.base_url, config.token(), timeout=config.api.timeout, **options
     )
