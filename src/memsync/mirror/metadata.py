@@ -122,6 +122,8 @@ def note_metadata_follows(mirror: Mirror, tip: str | None) -> None:
     if tip is None:
         target.unlink(missing_ok=True)
         return
+    if metadata_follows(mirror) == tip:
+        return  # a pull that found nothing new: a read, not a write and a rename, for every store
     tmp = target.with_suffix(".tmp")
     tmp.write_text(tip + "\n", encoding="ascii")
     os.replace(tmp, target)

@@ -15,6 +15,7 @@ Layout (see docs/mirror.md)::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -81,6 +82,8 @@ _GIT_MAPPED_PACKS = (
 
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
+# The note of the last full layout check (Mirror._ensure_layout), and the layout it checked.
+LAYOUT_STAMP = "layout-checked"
 REMOTE_URL = "/dev/null/memsync-managed: run 'memsync sync' instead of git fetch, pull or push"
 
 # Highest-precedence attributes: whatever a global gitattributes says, contents stay plain bytes.
@@ -106,6 +109,9 @@ _CONFIG: dict[str, str] = {
     "branch.main.merge": "refs/heads/main",
     "memsync.mirrorformat": MIRROR_FORMAT,
 }
+_LAYOUT_DIGEST = hashlib.sha256(
+    json.dumps([_CONFIG, EXCLUDE_BLOCK, ATTRIBUTES_BLOCK, MIRROR_FORMAT]).encode("utf-8")
+).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,14 +233,32 @@ class Mirror:
         self.close()
 
     def _ensure_layout(self) -> None:
-        """Apply the configuration and helper files; cheap and idempotent, so every open does it."""
+        """Apply the configuration and helper files; idempotent, so every open does it.
+
+        A full check reads 15 configuration keys, two files and probes the filesystem: half of what
+        opening a mirror costs, and a cycle opens one three times. So when the files it checks are
+        exactly as the last full check left them (same device, inode, size and mtime, noted in
+        ``.git/memsync/layout-checked`` with the layout's digest), it is skipped: a ``git config``
+        run, an edited exclude file, a mirror copied elsewhere or a memsync with another layout all
+        change that note's match, and the next open checks in full again.
+        """
+        fingerprint = self._layout_fingerprint()
+        stamp = self.state_dir / LAYOUT_STAMP
+        if fingerprint is not None:
+            try:
+                if stamp.read_text(encoding="ascii") == fingerprint:
+                    return
+            except (OSError, UnicodeDecodeError):
+                pass
         self.state_dir.mkdir(exist_ok=True)
         _probe_case_sensitivity(self.state_dir)
         config = self._repo.config
+        wrote = False
         with translated("configuring the mirror"):
             for key, value in _CONFIG.items():
                 if key not in config or config[key] != value:
                     config[key] = value
+                    wrote = True
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)
         for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
@@ -242,9 +266,38 @@ class Mirror:
             current = target.read_text(encoding="utf-8") if target.exists() else ""
             if name == "exclude" and block not in current:
                 current = _replace_old_exclude_block(target, current)
+                wrote = True
             if block not in current:
                 separator = "" if current == "" or current.endswith("\n") else "\n"
                 target.write_text(current + separator + block, encoding="utf-8")
+                wrote = True
+        # Taken before the check, the fingerprint is only noted when the check changed nothing: an
+        # edit made meanwhile, or this check's own writes, make the next open check again.
+        if fingerprint is not None and not wrote:
+            temporary = stamp.with_name(f"{LAYOUT_STAMP}.{secrets.token_hex(4)}.tmp")
+            try:
+                temporary.write_text(fingerprint, encoding="ascii")
+                os.replace(temporary, stamp)
+            except OSError:
+                temporary.unlink(missing_ok=True)  # a note only: the next open checks in full
+
+    def _layout_fingerprint(self) -> str | None:
+        """What the layout check depends on, or None when a file it checks is missing."""
+        parts = [_LAYOUT_DIGEST]
+        try:
+            for path in (
+                self.git_dir / "config",
+                self.git_dir / "info" / "exclude",
+                self.git_dir / "info" / "attributes",
+            ):
+                info = os.stat(path)
+                parts.append(f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}")
+            # The folder the case probe tests: another device or inode is a mirror moved elsewhere.
+            info = os.stat(self.state_dir)
+            parts.append(f"{info.st_dev}:{info.st_ino}")
+        except OSError:
+            return None
+        return " ".join(parts)
 
     def _reopen(self) -> None:
         """Fresh pygit2 handles (after a repack replaced the pack files the old ones had open)."""
