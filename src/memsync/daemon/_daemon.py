@@ -5,10 +5,16 @@ Threads, and what each one owns:
 - the main thread starts everything, then waits for a signal (or for every store to be paused) and
   shuts down within ``shutdown_deadline``;
 - APScheduler's thread fires the *request* jobs (interval, full scan, discovery, retries); they only
-  set flags, so they run inline (``DebugExecutor``) and never delay one another;
-- watchdog's threads note events; the watcher's settling thread re-hashes settled paths and requests;
-- a small pool of worker threads runs the cycles (and discovery), at most one per store at a time;
+  set flags, so they run inline (``DebugExecutor``) and never delay one another, and jobs are
+  entries in its job store, not threads;
+- the watcher's reader thread notes the events of every checkout (one inotify instance), and its
+  settling thread re-hashes settled paths and requests; none with ``daemon.watch = false``;
+- a pool of ``fleet.concurrency`` worker threads runs the cycles (and discovery), at most one per
+  store at a time;
 - the HTTP endpoint's thread answers ``/healthz`` and ``/metrics``.
+
+So the threads do not grow with the stores: 1,000 stores have as many as 3 (a content fetch adds
+its requests in flight while it runs).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from memsync.daemon._state import (
     read_state,
     write_state,
 )
-from memsync.daemon._watcher import CheckoutWatcher
+from memsync.daemon._watcher import CheckoutWatcher, WatchUnavailable, checkout_folders, watch_budget
 from memsync.errors import (
     EXIT_FAILED,
     EXIT_LOCKED,
@@ -62,15 +68,13 @@ from memsync.errors import (
 )
 from memsync.mirror import escape_for_terminal
 from memsync.sync.cycle import CycleReport, run_cycle
+from memsync.sync.fleet import in_parallel
 from memsync.sync.locks import held
 from memsync.sync.pull import PullReport, store_lock
 from memsync.sync.stores import Selection, client_for, select_stores
 
 log = logging.getLogger("memsync.daemon")
 
-# Cycles in flight at once, all stores together. Cycles wait on the network and on git writes more
-# than on the CPU, so a few overlap well even on 2 cores; each worker keeps one API client.
-CYCLE_WORKERS = 3
 # The first retry after a failure waits this long (at most one interval), doubling after each
 # further failure up to the interval.
 BACKOFF_BASE_S = 10.0
@@ -92,36 +96,37 @@ Discovery = Callable[[], Selection]
 
 
 class StoreCycles:
-    """The real cycle of one store: the store lock probed, ``run_cycle`` with a pooled API client."""
+    """The real cycle of one store: the store lock probed, ``run_cycle`` with an API client of its own.
+
+    One client's connection pool serves every cycle; each cycle sends through its own
+    :meth:`Client.share` copy, so its request counts are its own.
+    """
 
     def __init__(self, config: Config) -> None:
         self._config = config
         config.token()  # a missing or unreadable token is a configuration error now, not per cycle
-        self._idle: queue.LifoQueue[Client] = queue.LifoQueue()
         self._lock = threading.Lock()
-        self._clients: list[Client] = []
+        self._shared: Client | None = None
 
     @contextmanager
     def client(self) -> Iterator[Client]:
-        """A client of the pool: one per worker thread in use, so request counts stay per cycle."""
+        """A client for one cycle (or one discovery, or one view refresh)."""
+        with self._lock:
+            if self._shared is None:
+                self._shared = client_for(self._config)
+            shared = self._shared
+        own = shared.share()
         try:
-            client = self._idle.get_nowait()
-        except queue.Empty:
-            client = client_for(self._config)
-            with self._lock:
-                self._clients.append(client)
-        try:
-            yield client
+            yield own
         finally:
-            self._idle.put(client)
+            own.close()
 
     def close(self) -> None:
-        """Close the clients nobody uses (a cycle abandoned at shutdown keeps its own)."""
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
+        """Close the connections (a cycle abandoned at shutdown fails its next request, if any)."""
+        with self._lock:
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
 
     def discover(self) -> Selection:
         with self.client() as client:
@@ -238,7 +243,7 @@ class Daemon:
         base = backoff_base if backoff_base is not None else min(interval, BACKOFF_BASE_S)
         cap = max(interval, base)
         self._clock = time.monotonic
-        self._pool = WorkerPool(CYCLE_WORKERS, "memsync-cycle")
+        self._pool = WorkerPool(config.fleet.concurrency, "memsync-cycle")
         self._scheduler = BackgroundScheduler(
             executors={"default": DebugExecutor()},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
@@ -254,9 +259,8 @@ class Daemon:
             lock_retry=lock_retry if lock_retry is not None else min(interval, LOCK_RETRY_S),
         )
         self.coordinator.add_listener(self._cycle_finished)
-        self.watcher = CheckoutWatcher(
-            self._saved, self.coordinator.busy, quiet=settings.debounce, max_wait=settings.max_wait
-        )
+        # Started by start(), unless daemon.watch is off or the inotify watches do not fit.
+        self.watcher: CheckoutWatcher | None = None
         # The [[awareness]] views, refreshed on the same pool after the cycles of their stores.
         self.awareness = AwarenessKeeper(
             config,
@@ -310,7 +314,7 @@ class Daemon:
             raise
         self._pool.start()
         self._scheduler.start()
-        self.watcher.start()
+        self.watcher = self._start_watcher(selection)
         if selection is not None:
             self._apply_selection(selection, trigger="start")
         else:
@@ -328,11 +332,60 @@ class Daemon:
                 id="awareness",
             )
         log.info(
-            "daemon started: %d store(s), interval %gs, watching %d checkout(s)",
+            "daemon started: %d store(s), interval %gs, %d worker(s), watching %d checkout(s)",
             len(self._records),
             self.config.daemon.interval,
-            sum(1 for store_id in self._records if self.watcher.watching(store_id)),
+            self.config.fleet.concurrency,
+            sum(1 for store_id in self._records if self._watching(store_id)),
         )
+
+    def _start_watcher(self, selection: Selection | None) -> CheckoutWatcher | None:
+        """The watcher of the checkouts, started; None when daemon.watch is off or it cannot watch.
+
+        Watching needs one inotify watch per folder of every checkout. When the checkouts there are
+        need more than the kernel's per-user limit leaves (or daemon.max_watches), the daemon does
+        not watch at all, says so loudly and goes on polling: a partial watch would make saves in
+        some stores slow for no visible reason.
+        """
+        settings = self.config.daemon
+        if not settings.watch:
+            log.info("not watching the checkouts (daemon.watch = false): saves are picked up every interval")
+            return None
+        root = self.config.mirror.root
+        checkouts = [root / store.id for store in (selection.stores if selection else [])]
+        needed = sum(
+            sum(1 for _ in checkout_folders(checkout))
+            for checkout in checkouts
+            if (checkout / ".git").is_dir()
+        )
+        budget = watch_budget(settings.max_watches)
+        available = budget.available
+        if available is not None and needed > available:
+            log.error(
+                "NOT WATCHING: the checkouts need %d inotify watches (one per folder), %d are"
+                " available; saves are picked up by the scheduled cycles only (every %gs). To watch: %s",
+                needed,
+                available,
+                settings.interval,
+                budget.advice(needed),
+            )
+            return None
+        watcher = CheckoutWatcher(
+            self._saved,
+            self.coordinator.busy,
+            quiet=settings.debounce,
+            max_wait=settings.max_wait,
+            max_watches=settings.max_watches,
+        )
+        try:
+            watcher.start()
+        except WatchUnavailable as exc:
+            log.error("NOT WATCHING: %s; saves are picked up by the scheduled cycles only", exc)
+            return None
+        return watcher
+
+    def _watching(self, store_id: str) -> bool:
+        return self.watcher is not None and self.watcher.watching(store_id)
 
     def request_stop(self) -> None:
         """Ask the daemon to stop (signal handlers and tests call this)."""
@@ -357,7 +410,8 @@ class Daemon:
         self.coordinator.close()
         self.awareness.close()
         self._scheduler.shutdown(wait=False)
-        self.watcher.stop()
+        if self.watcher is not None:
+            self.watcher.stop()
         abandoned = self.coordinator.wait_idle(self.config.daemon.shutdown_deadline)
         if abandoned:
             log.warning(
@@ -412,12 +466,12 @@ class Daemon:
     # --- one pass over every store (--once) ------------------------------------------------------
 
     def run_once(self) -> tuple[list[dict[str, Any]], int]:
-        """One cycle per selected store, in turn: (their reports, the exit code of design.md §4)."""
+        """One cycle per selected store, ``fleet.concurrency`` at once: (their reports in the
+        selection's order, the exit code of design.md §4)."""
         with daemon_lock(self.config.mirror.root):
             selection = self._discovery()
-            reports: list[dict[str, Any]] = []
-            codes: list[int] = []
-            for store in selection.stores:
+
+            def once(store: Store) -> tuple[dict[str, Any], int]:
                 record = self._record_for(store)
                 started = datetime.now(UTC)
                 result = self._call_runner(store, full_scan=False)
@@ -425,8 +479,11 @@ class Daemon:
                 failures = 0 if result.outcome in (Outcome.SUCCESS, Outcome.NOOP) else 1
                 self._write_state(store.id, status=STOPPED, failures=failures)
                 self._log_result(store.id, result, retry_in=None, record=record)
-                reports.append(_report_json(store, self.config.mirror.root, result))
-                codes.append(_exit_code(result))
+                return _report_json(store, self.config.mirror.root, result), _exit_code(result)
+
+            done = in_parallel(selection.stores, once, jobs=self.config.fleet.concurrency)
+            reports = [report for report, _ in done]
+            codes = [code for _, code in done]
             for store_id in selection.deleted_remotely:
                 gone = PullReport(
                     id=store_id, path=str(self.config.mirror.root / store_id), deleted_remotely=True
@@ -498,7 +555,8 @@ class Daemon:
             next_run_time=max(first_scan, now),
             replace_existing=True,
         )
-        self.watcher.watch(store.id, record.checkout)
+        if self.watcher is not None:
+            self.watcher.watch(store.id, record.checkout)
         self._write_state(store.id)
         self.coordinator.request(store.id, trigger)
 
@@ -508,7 +566,8 @@ class Daemon:
         for job_id in (f"interval:{store_id}", f"full-scan:{store_id}"):
             if self._scheduler.get_job(job_id) is not None:
                 self._scheduler.remove_job(job_id)
-        self.watcher.unwatch(store_id)
+        if self.watcher is not None:
+            self.watcher.unwatch(store_id)
         with self._records_lock:
             self._records[store_id].removed_reason = reason
         self._write_state(store_id, status=REMOVED)
@@ -543,6 +602,10 @@ class Daemon:
         self.coordinator.request(store_id, trigger, full_scan=full_scan)
 
     def _saved(self, store_id: str, tree_paths: list[str]) -> None:
+        if not tree_paths:
+            # The kernel dropped events (the watcher says so once): only a cycle can tell what changed.
+            self.coordinator.request(store_id, "watch")
+            return
         shown = ", ".join(escape_for_terminal(p) for p in tree_paths[:5])
         more = f" and {len(tree_paths) - 5} more" if len(tree_paths) > 5 else ""
         log.info("local change in %s: %s%s", store_id, shown, more, extra={"store": store_id})
@@ -615,10 +678,12 @@ class Daemon:
         self._log_result(store_id, result, retry_in=retry_in, record=record)
         # The cycle may have created the checkout (first import): watch it from now on — before the
         # state says the cycle is done, so whoever waits for that can rely on the watch.
-        if view is not None and not self.watcher.watching(store_id) and not self._stop_requested:
-            self.watcher.watch(store_id, record.checkout)
+        watcher = self.watcher
+        if watcher is not None and view is not None and not self._stop_requested:
+            watcher.watch(store_id, record.checkout)  # nothing when it is watched already
         self._write_state(store_id)
-        self.watcher.cycle_finished(store_id)
+        if watcher is not None:
+            watcher.cycle_finished(store_id)
         self.awareness.cycle_finished(store_id, outcome.outcome is Outcome.SUCCESS)
         if view is not None and view.paused and self.coordinator.all_paused():
             self._all_paused = True

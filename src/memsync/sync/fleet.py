@@ -39,9 +39,21 @@ def for_each_store(
     def one(item: T) -> R:
         own = client.share()
         try:
-            result = work(own, item)
+            return work(own, item)
         finally:
             own.close()
+
+    return in_parallel(items, one, jobs=jobs, done=done)
+
+
+def in_parallel(
+    items: Sequence[T], work: Callable[[T], R], *, jobs: int, done: Callable[[R], None] | None = None
+) -> list[R]:
+    """``work(item)`` for every item, up to ``jobs`` at once; the results in input order (see
+    :func:`for_each_store`, for work that brings its own client)."""
+
+    def one(item: T) -> R:
+        result = work(item)
         if done is not None:
             done(result)
         return result
