@@ -31,7 +31,7 @@ from .parameters import (
     version_filters,
 )
 from .problems import InvalidRequest
-from .storage import Engine, MemoryRow, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
+from .storage import Engine, MemoryRow, Page, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
 from .wire import (
     SHA256_HEX,
     AnthropicDeletedMemory,
@@ -105,6 +105,12 @@ def render_version(version: VersionRow, *, full: bool) -> dict[str, Any]:
     }
 
 
+def _id_page(result: Page[Any], data: list[dict[str, Any]]) -> dict[str, Any]:
+    """A newest-first listing's answer: its ``next_page`` continues after the last item it holds."""
+    next_page = encode_cursor("id", data[-1]["id"]) if result.has_more and data else None
+    return {"data": data, "next_page": next_page}
+
+
 def _check_store_text(name: str | None, description: str | None) -> None:
     if name is not None and not 1 <= len(name) <= MAX_NAME_CHARS:
         raise InvalidRequest("name", f"must be 1..{MAX_NAME_CHARS} characters; it is {len(name)}")
@@ -168,9 +174,7 @@ def build_router(engine: Engine) -> APIRouter:
             created_gte=created.gte,
             created_lte=created.lte,
         )
-        data = [render_store(s) for s in result.items]
-        next_page = encode_cursor("id", data[-1]["id"]) if result.has_more and data else None
-        return JsonAnswer({"data": data, "next_page": next_page})
+        return JsonAnswer(_id_page(result, [render_store(s) for s in result.items]))
 
     @router.get(
         "/memory_stores/{memory_store_id}",
@@ -375,9 +379,7 @@ def build_router(engine: Engine) -> APIRouter:
             created_lte=filters.created.lte,
             actors=filters.actors,
         )
-        data = [render_version(v, full=full) for v in result.items]
-        next_page = encode_cursor("id", data[-1]["id"]) if result.has_more and data else None
-        return JsonAnswer({"data": data, "next_page": next_page})
+        return JsonAnswer(_id_page(result, [render_version(v, full=full) for v in result.items]))
 
     @router.get(
         "/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}",

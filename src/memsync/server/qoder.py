@@ -497,6 +497,41 @@ def build_router(engine: Engine, dialect: Dialect, *, cloud_paging: CloudPaging 
     return router
 
 
+def _create_memory(
+    engine: Engine, dialect: Dialect, request: Request, store_id: str, body: MemoryCreate
+) -> MemoryRow:
+    """A memory create as Forward and Cloud both take it (they differ only in how they answer)."""
+    return engine.create_memory(
+        dialect,
+        store_id,
+        path=body.path,
+        content=body.content,
+        metadata=body.metadata,
+        actor=actor_of(request),
+    )
+
+
+def _update_memory(
+    engine: Engine,
+    dialect: Dialect,
+    request: Request,
+    store_id: str,
+    memory_id: str,
+    body: MemoryUpdate | CloudMemoryUpdate,
+) -> MemoryRow:
+    """A memory update as Forward and Cloud both take it (Cloud may leave content out to keep it)."""
+    return engine.update_memory(
+        dialect,
+        store_id,
+        memory_id,
+        content=body.content,
+        path=body.path,
+        metadata=body.metadata,
+        expected_sha256=body.content_sha256,
+        actor=actor_of(request),
+    )
+
+
 def _add_forward_memory_routes(router: APIRouter, engine: Engine) -> None:
     dialect, op = Dialect.FORWARD, "forward_"
 
@@ -508,14 +543,7 @@ def _add_forward_memory_routes(router: APIRouter, engine: Engine) -> None:
         summary="Create a memory (409 if an active memory has the path, or the store is archived)",
     )
     async def create_memory(request: Request, memory_store_id: str, body: MemoryCreate) -> JsonAnswer:
-        memory = engine.create_memory(
-            dialect,
-            memory_store_id,
-            path=body.path,
-            content=body.content,
-            metadata=body.metadata,
-            actor=actor_of(request),
-        )
+        memory = _create_memory(engine, dialect, request, memory_store_id, body)
         return JsonAnswer(render_memory(memory, dialect, with_content=True))
 
     @router.get(
@@ -564,16 +592,7 @@ def _add_forward_memory_routes(router: APIRouter, engine: Engine) -> None:
     async def update_memory(
         request: Request, memory_store_id: str, memory_id: str, body: MemoryUpdate
     ) -> JsonAnswer:
-        memory = engine.update_memory(
-            dialect,
-            memory_store_id,
-            memory_id,
-            content=body.content,
-            path=body.path,
-            metadata=body.metadata,
-            expected_sha256=body.content_sha256,
-            actor=actor_of(request),
-        )
+        memory = _update_memory(engine, dialect, request, memory_store_id, memory_id, body)
         return JsonAnswer(render_memory(memory, dialect, with_content=True))
 
     @router.delete(
@@ -602,14 +621,7 @@ def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPag
     async def create_memory(
         request: Request, memory_store_id: str, body: MemoryCreate, view: View = FullView
     ) -> JsonAnswer:
-        memory = engine.create_memory(
-            dialect,
-            memory_store_id,
-            path=body.path,
-            content=body.content,
-            metadata=body.metadata,
-            actor=actor_of(request),
-        )
+        memory = _create_memory(engine, dialect, request, memory_store_id, body)
         return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)), status_code=201)
 
     @router.get(
@@ -676,16 +688,7 @@ def _add_cloud_memory_routes(router: APIRouter, engine: Engine, paging: CloudPag
     async def update_memory(
         request: Request, memory_store_id: str, memory_id: str, body: CloudMemoryUpdate, view: View = FullView
     ) -> JsonAnswer:
-        memory = engine.update_memory(
-            dialect,
-            memory_store_id,
-            memory_id,
-            content=body.content,
-            path=body.path,
-            metadata=body.metadata,
-            expected_sha256=body.content_sha256,
-            actor=actor_of(request),
-        )
+        memory = _update_memory(engine, dialect, request, memory_store_id, memory_id, body)
         return JsonAnswer(render_memory(memory, dialect, with_content=_with_content(view)))
 
     @router.put(
