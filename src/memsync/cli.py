@@ -1,7 +1,7 @@
 """The ``memsync`` command.
 
 Each subcommand imports what it needs inside its body, so that ``memsync pull`` on a store with nothing
-new does not pay for FastAPI, watchdog or APScheduler. Errors from the tree of :mod:`memsync.errors`
+new does not pay for FastAPI or APScheduler. Errors from the tree of :mod:`memsync.errors`
 are printed as one line and mapped to their exit code here, and only here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -901,11 +901,24 @@ def _forward_client(ctx: click.Context, identity: str, template: str) -> tuple[A
     return config, client_for(config)
 
 
-def _print_mounts(document: dict[str, Any], as_json: bool, note: str | None = None) -> None:
+def _print_mounts_after(
+    ctx: click.Context,
+    identity: str,
+    template: str,
+    as_json: bool,
+    change: Callable[[Any], str] | None = None,
+) -> None:
+    """Make ``change`` (if any) with a Forward client, then print the mounts of IDENTITY and TEMPLATE
+    it leaves, under the line ``change`` returns."""
     import json
 
-    from memsync.sync.awareness import describe_mounts
+    from memsync.sync.awareness import describe_mounts, mounts_document
 
+    _, client = _forward_client(ctx, identity, template)
+    with client:
+        note = None if change is None else change(client)
+        listed = client.list_mounts(identity, template)
+    document = mounts_document(identity, template, listed)
     if as_json:
         click.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
@@ -922,12 +935,7 @@ def _print_mounts(document: dict[str, Any], as_json: bool, note: str | None = No
 def mounts(ctx: click.Context, identity: str, template: str, as_json: bool) -> None:
     """List the stores mounted for IDENTITY and TEMPLATE (Forward), in the order sessions merge them:
     the default store first, then by mount time."""
-    from memsync.sync.awareness import mounts_document
-
-    _, client = _forward_client(ctx, identity, template)
-    with client:
-        listed = client.list_mounts(identity, template)
-    _print_mounts(mounts_document(identity, template, listed), as_json)
+    _print_mounts_after(ctx, identity, template, as_json)
 
 
 @cli.command()
@@ -940,14 +948,12 @@ def mount(ctx: click.Context, identity: str, template: str, store_id: str, as_js
     """Mount STORE (a store id) read-only for IDENTITY and TEMPLATE (Forward); it comes last in the
     merge order. At most 10 explicit mounts per pair."""
     from memsync.mirror import escape_for_terminal as esc
-    from memsync.sync.awareness import mounts_document
 
-    _, client = _forward_client(ctx, identity, template)
-    with client:
+    def change(client: Any) -> str:
         done = client.mount_store(identity, template, store_id)
-        listed = client.list_mounts(identity, template)
-    note = f"mounted {done.store_id} for {esc(identity)}/{esc(template)} ({done.access})"
-    _print_mounts(mounts_document(identity, template, listed), as_json, note)
+        return f"mounted {done.store_id} for {esc(identity)}/{esc(template)} ({done.access})"
+
+    _print_mounts_after(ctx, identity, template, as_json, change)
 
 
 @cli.command()
@@ -959,14 +965,12 @@ def mount(ctx: click.Context, identity: str, template: str, store_id: str, as_js
 def unmount(ctx: click.Context, identity: str, template: str, store_id: str, as_json: bool) -> None:
     """Unmount STORE from IDENTITY and TEMPLATE (Forward). The default store's mount cannot be removed."""
     from memsync.mirror import escape_for_terminal as esc
-    from memsync.sync.awareness import mounts_document
 
-    _, client = _forward_client(ctx, identity, template)
-    with client:
+    def change(client: Any) -> str:
         client.unmount_store(identity, template, store_id)
-        listed = client.list_mounts(identity, template)
-    note = f"unmounted {store_id} from {esc(identity)}/{esc(template)}"
-    _print_mounts(mounts_document(identity, template, listed), as_json, note)
+        return f"unmounted {store_id} from {esc(identity)}/{esc(template)}"
+
+    _print_mounts_after(ctx, identity, template, as_json, change)
 
 
 @cli.command()
