@@ -1,9 +1,12 @@
-"""Assertions shared by the SDK contract tests: errors as the SDK raises them, and answer shapes."""
+"""Assertions shared by the SDK contract tests: errors as the SDK raises them, and answer shapes
+(what Forward and Cloud answers have in common; each test module checks its dialect's own fields)."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -15,6 +18,18 @@ T = TypeVar("T")
 
 _ID_TAIL = r"[0-9a-z]+"
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# A version's operation as Forward and Cloud name it (seeds 000 and 002), in answers to the SDKs too.
+OPERATIONS = {"created", "updated", "deleted"}
+
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:8]}"
+
+
+def ids(items: Any) -> list[str]:
+    return [item.id for item in items]
 
 
 def sha(content: str) -> str:
@@ -80,6 +95,53 @@ def check_hash(value: object, content: str | None = None) -> None:
     assert isinstance(value, str) and HEX64.match(value), value
     if content is not None:
         assert value == sha(content)
+
+
+def check_store_fields(store: Any) -> None:
+    """The fields a Forward and a Cloud store share."""
+    check_id(store.id, "memstore")
+    assert store.type == "memory_store"
+    assert isinstance(store.name, str) and store.name
+    assert isinstance(store.description, str)
+    assert store.status in ("active", "archived")
+    assert isinstance(store.entry_count, int) and isinstance(store.total_size, int)
+    assert isinstance(store.metadata, dict)
+    check_time(store.created_at)
+    check_time(store.updated_at)
+    if store.status == "active":
+        assert store.archived_at is None
+    else:
+        check_time(store.archived_at)
+
+
+def check_memory_fields(memory: Any, content: str | None) -> None:
+    """The fields a Forward and a Cloud memory share; ``content``, if given, is what it holds."""
+    check_id(memory.id, "mem")
+    assert memory.type == "memory"
+    check_id(memory.memory_store_id, "memstore")
+    assert isinstance(memory.path, str) and not memory.path.startswith("/")
+    check_hash(memory.content_sha256, content)
+    assert isinstance(memory.content_size_bytes, int)
+    if content is not None:
+        assert memory.content_size_bytes == len(content.encode("utf-8"))
+    check_time(memory.created_at)
+    check_time(memory.updated_at)
+
+
+def check_version_fields(version: Any, *, listed: bool) -> None:
+    """The fields a Forward and a Cloud version share; sizes and hashes stay on tombstones and
+    redacted versions (api.md §2, §6). List items carry no content key."""
+    check_id(version.id, "memver")
+    assert version.type == "memory_version"
+    check_id(version.memory_store_id, "memstore")
+    check_id(version.memory_id, "mem")
+    assert isinstance(version.path, str)
+    assert version.operation in OPERATIONS
+    assert isinstance(version.content_size_bytes, int)
+    check_hash(version.content_sha256)
+    check_time(version.created_at)
+    if listed:
+        assert "content" not in version.to_dict(), "list items carry no content key"
 
 
 def same(answer: Any, other: Any) -> bool:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from typing import Any
 
@@ -22,25 +21,21 @@ from qca.forward.types import (
 )
 
 from tests.sdk.expect import (
-    check_hash,
-    check_id,
+    check_memory_fields,
+    check_store_fields,
     check_time,
+    check_version_fields,
     conflict,
+    ids,
     message,
     names_any,
     not_written,
     refused,
     same,
     sha,
+    unique,
 )
 from tests.sdk.seed import DEFAULT_IDENTITY, DEFAULT_STORE, DEFAULT_TEMPLATE, EARLY_MOUNTED_STORE
-
-_names = itertools.count()
-OPERATIONS = {"created", "updated", "deleted"}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:8]}"
 
 
 def new_store(forward: Forward, **fields: Any) -> MemoryStore:
@@ -51,21 +46,10 @@ def new_store(forward: Forward, **fields: Any) -> MemoryStore:
 def check_store(store: object) -> MemoryStore:
     """A store as seed 000 describes it, parsed into the SDK's model."""
     assert isinstance(store, MemoryStore)
-    check_id(store.id, "memstore")
-    assert store.type == "memory_store"
-    assert isinstance(store.name, str) and store.name
-    assert isinstance(store.description, str)
-    assert store.status in ("active", "archived")
-    assert isinstance(store.entry_count, int) and isinstance(store.total_size, int)
-    assert isinstance(store.metadata, dict) and store.metadata.get("created_by") == "forward"
+    check_store_fields(store)
+    assert store.metadata.get("created_by") == "forward"
     assert isinstance(store.system_managed, bool)
     assert store.identity_id is None if not store.system_managed else isinstance(store.identity_id, str)
-    check_time(store.created_at)
-    check_time(store.updated_at)
-    if store.status == "active":
-        assert store.archived_at is None
-    else:
-        check_time(store.archived_at)
     assert isinstance(store.binding_info, dict)
     assert isinstance(store.binding_info["identity_template_count"], int)
     return store
@@ -73,17 +57,8 @@ def check_store(store: object) -> MemoryStore:
 
 def check_memory(memory: object, *, content: str | None = None, listed: bool = False) -> Memory:
     assert isinstance(memory, Memory)
-    check_id(memory.id, "mem")
-    assert memory.type == "memory"
-    check_id(memory.memory_store_id, "memstore")
-    assert isinstance(memory.path, str) and not memory.path.startswith("/")
-    check_hash(memory.content_sha256, content)
-    assert isinstance(memory.content_size_bytes, int)
-    if content is not None:
-        assert memory.content_size_bytes == len(content.encode("utf-8"))
+    check_memory_fields(memory, content)
     assert isinstance(memory.metadata, dict)
-    check_time(memory.created_at)
-    check_time(memory.updated_at)
     if listed:
         assert "content" not in memory.to_dict(), "list items carry no content key"
     elif content is not None:
@@ -93,28 +68,13 @@ def check_memory(memory: object, *, content: str | None = None, listed: bool = F
 
 def check_version(version: object, *, listed: bool = False) -> MemoryVersion:
     assert isinstance(version, MemoryVersion)
-    check_id(version.id, "memver")
-    assert version.type == "memory_version"
-    check_id(version.memory_store_id, "memstore")
-    check_id(version.memory_id, "mem")
-    assert isinstance(version.path, str)
-    assert version.operation in OPERATIONS
+    check_version_fields(version, listed=listed)
     assert isinstance(version.redacted, bool)
     if version.redacted:
         check_time(version.redacted_at)
     else:
         assert version.redacted_at is None
-    # Sizes and hashes stay on tombstones and redacted versions (api.md §2, §6).
-    assert isinstance(version.content_size_bytes, int)
-    check_hash(version.content_sha256)
-    check_time(version.created_at)
-    if listed:
-        assert "content" not in version.to_dict(), "list items carry no content key"
     return version
-
-
-def ids(items: Any) -> list[str]:
-    return [item.id for item in items]
 
 
 # --- stores -----------------------------------------------------------------------------------

@@ -11,8 +11,6 @@ naming it; accepting it and ignoring it fails.
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,27 +30,25 @@ from qca.managed.types import (
 from qca.managed.types.actor_union import ActorUnion
 
 from tests.sdk.expect import (
-    check_hash,
     check_id,
+    check_memory_fields,
+    check_store_fields,
     check_time,
+    check_version_fields,
     conflict,
+    ids,
     message,
     names_any,
     not_written,
     refused,
     same,
     sha,
+    unique,
     works_or_refused,
 )
 from tests.sdk.seed import ACTORS_STORE, SERVICE_ACCOUNT_ID, SESSION_ID, USER_ID
 
-_names = itertools.count()
-OPERATIONS = {"created", "updated", "deleted"}  # seed 002's names, also in answers to the SDK
 MISSING_STORE = "memstore_" + "0" * 20
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:8]}"
 
 
 def new_store(managed: Managed, **fields: Any) -> MemoryStore:
@@ -62,19 +58,7 @@ def new_store(managed: Managed, **fields: Any) -> MemoryStore:
 
 def check_store(store: object) -> MemoryStore:
     assert isinstance(store, MemoryStore)
-    check_id(store.id, "memstore")
-    assert store.type == "memory_store"
-    assert isinstance(store.name, str) and store.name
-    assert isinstance(store.description, str)
-    assert store.status in ("active", "archived")
-    assert isinstance(store.entry_count, int) and isinstance(store.total_size, int)
-    assert isinstance(store.metadata, dict)
-    check_time(store.created_at)
-    check_time(store.updated_at)
-    if store.status == "active":
-        assert store.archived_at is None
-    else:
-        check_time(store.archived_at)
+    check_store_fields(store)
     fields = store.to_dict()
     assert not {"system_managed", "identity_id", "binding_info"} & set(fields), "Forward-only fields"
     return store
@@ -82,17 +66,8 @@ def check_store(store: object) -> MemoryStore:
 
 def check_memory(memory: object, *, content: str | None = None, listed: bool = False) -> Any:
     assert isinstance(memory, MemoryListItemUnion if listed else Memory)
-    check_id(memory.id, "mem")
-    assert memory.type == "memory"
-    check_id(memory.memory_store_id, "memstore")
-    assert isinstance(memory.path, str) and not memory.path.startswith("/")
-    check_hash(memory.content_sha256, content)
-    assert isinstance(memory.content_size_bytes, int)
-    if content is not None:
-        assert memory.content_size_bytes == len(content.encode("utf-8"))
+    check_memory_fields(memory, content)
     check_id(memory.memory_version_id, "memver")
-    check_time(memory.created_at)
-    check_time(memory.updated_at)
     if listed:
         assert memory.content is None and "content" not in memory.to_dict(), "list items carry no content"
     else:
@@ -111,28 +86,14 @@ def check_actor(actor: object, kind: str, **ids: str) -> ActorUnion:
 
 def check_version(version: object, *, listed: bool = False) -> MemoryVersion:
     assert isinstance(version, MemoryVersion)
-    check_id(version.id, "memver")
-    assert version.type == "memory_version"
-    check_id(version.memory_store_id, "memstore")
-    check_id(version.memory_id, "mem")
-    assert isinstance(version.path, str)
-    assert version.operation in OPERATIONS
-    assert isinstance(version.content_size_bytes, int)
-    check_hash(version.content_sha256)
-    check_time(version.created_at)
+    check_version_fields(version, listed=listed)
     assert version.created_by is None or isinstance(version.created_by, ActorUnion)
     if version.redacted_at is None:
         assert version.redacted_by is None
     else:
         check_time(version.redacted_at)
         assert version.content is None
-    if listed:
-        assert "content" not in version.to_dict(), "list items carry no content"
     return version
-
-
-def ids(items: Any) -> list[str]:
-    return [item.id for item in items]
 
 
 def api_actor_key(managed: Managed) -> str:
