@@ -39,6 +39,14 @@ ANTHROPIC_SDK_HEADERS = {
     "anthropic-version": "2026-10-21",
     "anthropic-beta": "managed-agents-2026-04-01,agent-memory-2026-07-22",
 }
+CLIENT_FIXTURES = {"forward": "forward", "cloud": "cloud", "anthropic": "anthropic_http"}
+
+
+@pytest.fixture
+def client(request: pytest.FixtureRequest, dialect: str) -> httpx.Client:
+    """The client of the dialect a test is parametrized with."""
+    chosen: httpx.Client = request.getfixturevalue(CLIENT_FIXTURES[dialect])
+    return chosen
 
 
 def test_the_sdks_default_headers_are_accepted(
@@ -79,19 +87,9 @@ def test_the_sdks_default_headers_are_accepted(
     ],
 )
 def test_unknown_query_parameters_are_named(
-    forward: httpx.Client,
-    cloud: httpx.Client,
-    anthropic_http: httpx.Client,
-    dialect: str,
-    method: str,
-    url: str,
-    param: str,
+    client: httpx.Client, dialect: str, method: str, url: str, param: str
 ) -> None:
-    client, make = {
-        "forward": (forward, forward_store),
-        "cloud": (cloud, cloud_store),
-        "anthropic": (anthropic_http, anthropic_store),
-    }[dialect]
+    make = {"forward": forward_store, "cloud": cloud_store, "anthropic": anthropic_store}[dialect]
     store = make(client)
     target = url.format(store=f"/memory_stores/{store['id']}")
     body = expect_error(
@@ -226,15 +224,8 @@ def test_unknown_body_fields_are_named(
     ],
 )
 def test_headers_of_missing_features_are_named(
-    forward: httpx.Client,
-    cloud: httpx.Client,
-    anthropic_http: httpx.Client,
-    dialect: str,
-    header: str,
-    value: str,
-    reason: str,
+    client: httpx.Client, header: str, value: str, reason: str
 ) -> None:
-    client = {"forward": forward, "cloud": cloud, "anthropic": anthropic_http}[dialect]
     before = ok(client.get("/memory_stores", params={"limit": 1}))
     body = expect_error(
         client.post("/memory_stores", json={"name": "w"}, headers={header: value, "Idempotency-Key": "w"}),
