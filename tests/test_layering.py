@@ -39,7 +39,6 @@ OWNED: dict[str, set[str]] = {
     "uvicorn": {"server"},
     # The server's database, and the mirror's content index (a cache under .git/memsync/).
     "sqlite3": {"server", "mirror"},
-    "watchdog": {"daemon"},
     "apscheduler": {"daemon"},
 }
 

@@ -1,7 +1,7 @@
 """The ``memsync`` command.
 
 Each subcommand imports what it needs inside its body, so that ``memsync pull`` on a store with nothing
-new does not pay for FastAPI, watchdog or APScheduler. Errors from the tree of :mod:`memsync.errors`
+new does not pay for FastAPI or APScheduler. Errors from the tree of :mod:`memsync.errors`
 are printed as one line and mapped to their exit code here, and only here.
 """
 

@@ -1,11 +1,11 @@
 """memsync.daemon: scheduled pulls, a watcher that pushes, and the operations around them (docs/daemon.md).
 
-The scheduler (APScheduler 3) and the watcher (watchdog) only *request* a store's cycle,
+The scheduler (APScheduler 3) and the watcher (inotify) only *request* a store's cycle,
 ``memsync.sync.cycle.run_cycle``; requests coalesce and a store never runs two cycles at once. The
 daemon keeps a per-store state file that ``memsync status`` reads without any lock, serves
 ``/healthz`` and ``/metrics`` on loopback when asked, and logs text or JSON lines with secrets scrubbed.
 
-Reading state costs no APScheduler or watchdog import; :func:`run_daemon` and :func:`run_once` import
+Reading state costs no APScheduler import; :func:`run_daemon` and :func:`run_once` import
 them when called.
 """
 

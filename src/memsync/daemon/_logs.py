@@ -1,7 +1,7 @@
 """Logging for the daemon: text or JSON lines on stderr, with secrets scrubbed from every record.
 
 design.md §6: the token never lands in a log line. Every record passes :class:`SecretFilter` on the
-handler, whoever logged it (memsync, httpx, APScheduler, watchdog): the message, the arguments, the
+handler, whoever logged it (memsync, httpx, APScheduler): the message, the arguments, the
 formatted exception and any extra string field are scrubbed of the token's value, of ``Authorization``
 and ``x-api-key`` header values, and of the userinfo of URLs (``https://user:pass@host``).
 Untrusted paths are escaped by the code that logs them (``memsync.mirror.escape_for_terminal``).
@@ -133,8 +133,8 @@ def configure_logging(
     # unless the user asked for debug.
     for noisy in ("httpx", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
-    # Below warnings these trace every socket operation, inotify event and lock attempt (or the
+    # Below warnings these trace every socket operation and lock attempt (or the
     # time zone lookup): never useful here, and they would drown the daemon's own lines.
-    for tracer in ("httpcore", "watchdog", "filelock", "tzlocal"):
+    for tracer in ("httpcore", "filelock", "tzlocal"):
         logging.getLogger(tracer).setLevel(logging.WARNING)
     return handler

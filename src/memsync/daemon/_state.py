@@ -3,7 +3,7 @@
 Written atomically (a temporary file renamed over the old one) whenever a store's state changes, so
 ``memsync status`` reads the live state with a plain file read — no repository lock, no daemon call.
 The file lives inside ``.git`` so it is never a working-tree change and never pushed. This module
-imports neither APScheduler nor watchdog: readers do not pay for them.
+imports no APScheduler: readers do not pay for it.
 """
 
 from __future__ import annotations
