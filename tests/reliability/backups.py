@@ -90,7 +90,9 @@ def kill_backup_then_finish(
 ) -> tuple[list[Finished], Finished]:
     """``memsync backup`` killed once per crash (each must die there), then once to the end (exit 0);
     ``after_kill`` looks at what each kill left before the next run."""
-    args = ["backup", "--json", *(["--full-scan"] if full_scan else [])]
+    # One store at a time: "the n-th pass of a crash point" names one place only when stores are not
+    # worked on in parallel (with several at once, the n-th pass falls in whichever store gets there).
+    args = ["backup", "--json", "--jobs", "1", *(["--full-scan"] if full_scan else [])]
     extra = {} if batch is None else {"MEMSYNC_IMPORT_BATCH": str(batch)}
     killed = []
     for case in crashes:
