@@ -169,6 +169,19 @@ def test_checkouts_that_need_more_watches_than_the_budget_are_not_watched_and_th
     assert running.logged("watching 0 checkout(s)")
 
 
+def test_watches_running_out_while_the_daemon_runs_end_all_watching(
+    client: Client, server: ServerProcess, tmp_path: Path, daemons: list[Running]
+) -> None:
+    # No checkout yet: the start finds nothing to count; the first cycles make 6 folders for 3 watches.
+    prefix, ids = make_stores(client, 3)
+    running = start(tmp_path, server, prefix, daemons, extra="max_watches = 3")
+    wait_for(lambda: all_idle(running, tmp_path / "mirrors", ids), 60, "the stores idle")
+    wait_for(lambda: running.logged("NOT WATCHING any more"), what="the watching to end")
+    assert running.logged("daemon.max_watches is 3")
+    wait_for(lambda: running.inotify_instances() == 0, what="the inotify instance to close")
+    wait_for(lambda: running.threads() == 6, what="the watcher's threads to end")
+
+
 def test_the_watcher_watches_folders_not_git_and_follows_folders_made_and_moved(
     client: Client, tmp_path: Path
 ) -> None:

@@ -385,7 +385,19 @@ class Daemon:
         return watcher
 
     def _watching(self, store_id: str) -> bool:
-        return self.watcher is not None and self.watcher.watching(store_id)
+        watcher = self.watcher
+        return watcher is not None and watcher.watching(store_id)
+
+    def _watch(self, store_id: str, checkout: Path) -> None:
+        """Watch a checkout; when the watches run out (new stores, new folders), watch none."""
+        watcher = self.watcher
+        if watcher is None:
+            return
+        watcher.watch(store_id, checkout)
+        if watcher.exhausted and self.watcher is watcher:
+            # All or nothing, as at start: the watcher said why and what to raise.
+            self.watcher = None
+            watcher.stop()
 
     def request_stop(self) -> None:
         """Ask the daemon to stop (signal handlers and tests call this)."""
@@ -410,8 +422,9 @@ class Daemon:
         self.coordinator.close()
         self.awareness.close()
         self._scheduler.shutdown(wait=False)
-        if self.watcher is not None:
-            self.watcher.stop()
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None:
+            watcher.stop()
         abandoned = self.coordinator.wait_idle(self.config.daemon.shutdown_deadline)
         if abandoned:
             log.warning(
@@ -555,8 +568,7 @@ class Daemon:
             next_run_time=max(first_scan, now),
             replace_existing=True,
         )
-        if self.watcher is not None:
-            self.watcher.watch(store.id, record.checkout)
+        self._watch(store.id, record.checkout)
         self._write_state(store.id)
         self.coordinator.request(store.id, trigger)
 
@@ -566,8 +578,9 @@ class Daemon:
         for job_id in (f"interval:{store_id}", f"full-scan:{store_id}"):
             if self._scheduler.get_job(job_id) is not None:
                 self._scheduler.remove_job(job_id)
-        if self.watcher is not None:
-            self.watcher.unwatch(store_id)
+        watcher = self.watcher
+        if watcher is not None:
+            watcher.unwatch(store_id)
         with self._records_lock:
             self._records[store_id].removed_reason = reason
         self._write_state(store_id, status=REMOVED)
@@ -678,10 +691,10 @@ class Daemon:
         self._log_result(store_id, result, retry_in=retry_in, record=record)
         # The cycle may have created the checkout (first import): watch it from now on — before the
         # state says the cycle is done, so whoever waits for that can rely on the watch.
-        watcher = self.watcher
-        if watcher is not None and view is not None and not self._stop_requested:
-            watcher.watch(store_id, record.checkout)  # nothing when it is watched already
+        if view is not None and not self._stop_requested:
+            self._watch(store_id, record.checkout)  # nothing when it is watched already
         self._write_state(store_id)
+        watcher = self.watcher
         if watcher is not None:
             watcher.cycle_finished(store_id)
         self.awareness.cycle_finished(store_id, outcome.outcome is Outcome.SUCCESS)

@@ -152,7 +152,8 @@ class CheckoutWatcher:
 
     ``busy(store_id)`` tells whether the store's cycle is running; call :meth:`cycle_finished` after
     each cycle so the paths held back during it are looked at. ``max_watches`` caps the inotify
-    watches (one per folder); a checkout that does not fit is not watched. When the kernel drops
+    watches (one per folder); a checkout that does not fit is not watched, and :attr:`exhausted` says
+    why (the daemon then stops watching altogether). When the kernel drops
     events (its queue overflowed), every watched store gets ``on_change(store_id, [])``: something
     may have changed, and only a cycle can tell.
     """
@@ -183,7 +184,8 @@ class CheckoutWatcher:
         self._held: dict[str, set[str]] = defaultdict(set)
         self._cond = threading.Condition()
         self._stopped = False
-        self._limit_said = False
+        # Why the watches ran out, once they did: the daemon then stops watching altogether.
+        self.exhausted: str | None = None
         self._thread = threading.Thread(target=self._settle_loop, name="memsync-watch", daemon=True)
 
     @property
@@ -345,13 +347,13 @@ class CheckoutWatcher:
                 log.debug("removing an inotify watch: %s", exc)
 
     def _said_limit(self, why: str) -> None:
-        if self._limit_said:
+        if self.exhausted is not None:
             return
-        self._limit_said = True
+        self.exhausted = why
         budget = watch_budget(self._max_watches)
         log.error(
-            "cannot watch more folders: %s; saves in the folders not watched are picked up by the"
-            " scheduled cycles only. %s",
+            "NOT WATCHING any more: cannot watch another folder (%s); saves in every checkout are picked"
+            " up by the scheduled cycles only. To watch: %s",
             why,
             budget.advice(self.watch_count + 1),
         )
