@@ -12,7 +12,7 @@ The latency is measured on the first requests of each call, sent one at a time, 
 then held for the call. Measured while the window is open, a request's time includes its wait for
 the GIL, which grows with the window: an earlier version that kept measuring fed the window up to its
 ceiling on loopback, where a 10,000-version import then spent 8.5–9.7 s of CPU fetching instead of
-the 5.2–6.3 s of a window of 4 (issue 6).
+the 5.2–6.3 s of a window of 4.
 
 Work runs in a small thread pool that shares the client's one keep-alive connection pool. Results are
 consumed lazily: while the caller writes one version into git, the next ones are already on their way,

@@ -212,7 +212,7 @@ def replay(repo: pygit2.Repository, paths: PathMap, until: pygit2.Oid, since: py
 @functools.lru_cache(maxsize=1024)
 def _tree_components(path: str, suffixed: bool) -> tuple[bytes, ...]:
     # Most versions touch a memory written shortly before: a bounded cache keeps encode_path off the
-    # hot path without a dictionary that grows with the store (issue 6).
+    # hot path without a dictionary that grows with the store.
     return tuple(part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/"))
 
 
@@ -491,7 +491,7 @@ class HistoryWriter:
             # A blob stored before (an earlier batch, another memory) is not packed again. Asking
             # the object store only for contents the index knows avoids a lookup miss per version,
             # which costs a rescan of the pack directory in libgit2. (Earlier batches of this
-            # writer are in the index: no set of this session's blobs grows with the import.)
+            # writer are in the index: no set of this writer's blobs grows with the import.)
             if oid not in self._batch:
                 indexed = sha in self._new_content or (
                     sha not in self._absent and self._mirror._content_index_has(sha)

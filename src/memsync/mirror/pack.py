@@ -13,7 +13,7 @@ then costs a few dozen bytes instead of the whole directory again. Newest whole,
 do: reading the latest versions (what a checkout reads) resolves no delta chain, so libgit2's per-
 pack cache of delta bases stays empty instead of filling with every chain's intermediate versions —
 with older-to-newer chains that cache made a checkout cost memory in proportion to the packs and
-memories (issue 6).
+memories.
 :meth:`PackBatch.write` writes the pack under a temporary name, then renames it into
 ``objects/pack`` with its index last: git and libgit2 find packs through their ``.idx``, so a pack
 is either complete and visible or absent. Objects in a pack no ref reaches yet (after a kill at the

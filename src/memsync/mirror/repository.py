@@ -557,7 +557,7 @@ class Mirror:
         libgit2 learns of a new pack only when a lookup has missed every pack it knows (a binary
         search of each index, whose pages then stay mapped) and it rescans the directory. Moving
         the ref after each batch of an import did exactly that: with 50 batch packs it kept 10 MiB
-        of indexes resident that nothing needed again (issue 6). Releasing the object store
+        of indexes resident that nothing needed again. Releasing the object store
         instead makes the next lookup list the directory afresh, newest pack first, unmapped.
         """
         batch.write(self.objects_dir, indexer=indexer)
@@ -570,7 +570,7 @@ class Mirror:
         For a reader about to look up many objects spread over many packs, as a first checkout
         reads every file of the tip: libgit2 searches the pack of its last hit, then every pack,
         so 10,000 files over the 51 packs of a 100,000-version import touched every page of every
-        index (12.9 MiB of the import's peak, issue 6). From one pack of just those objects it
+        index (12.9 MiB of the import's peak). From one pack of just those objects it
         reads one small index. The copy is made with plain reads (:func:`copy_objects`): `git
         pack-objects` did it in a process that mapped those same indexes (30 MiB at 100,000
         versions). The copies go after the block; a kill inside it leaves them, as duplicates

@@ -20,7 +20,7 @@ from memsync.mirror.pack import PackBatch
 
 # A file is kept as its serialised tree entry ("<mode> <name>\0<raw oid>"): the same bytes object is
 # the entry and its line, and the id is its last 20 bytes. A (mode, oid) tuple beside the line cost
-# ~110 bytes a file, 1 MiB of a 10,000-memory import's peak (issue 6).
+# ~110 bytes a file, 1 MiB of a 10,000-memory import's peak.
 FileEntry = bytes
 
 
