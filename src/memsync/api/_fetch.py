@@ -1,6 +1,6 @@
 """Bulk content fetching: a bounded pipeline of requests in flight, yielding in input order.
 
-Two regimes matter (measurements.md, benchmarks/api_fetch_bench.py and pull_bench.py): on loopback
+Two regimes matter (benchmarks/api_fetch_bench.py and pull_bench.py measure both): on loopback
 the client's own CPU per request is the bottleneck, and more than a few requests in flight only make
 the fetch threads fight over the GIL, while across a network each request costs a round trip and
 only requests in flight pay. :class:`Pace` picks the number in flight by Little's law: to keep the

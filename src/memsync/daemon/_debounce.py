@@ -1,6 +1,6 @@
 """Debounce with a quiet delay and a maximum wait (syncthing's watchaggregator, style.md item 9).
 
-Editors save in very different ways (shared/docs/measurements.md): an in-place write, a temp file
+Editors save in very different ways: an in-place write, a temp file
 renamed over the original, vim's rename-to-backup and new file. Every style ends with the file quiet
 for a moment, so a key is *due* once no event touched it for ``quiet`` seconds — or, for a file that
 never stops changing (a log being appended to), ``max_wait`` seconds after its first event. The class

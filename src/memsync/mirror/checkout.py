@@ -5,7 +5,7 @@ differences from ``main`` (new files included, editor temporaries excluded), plu
 ``main`` changed since ``refs/memsync/base``. With any local change, nothing moves and the changed
 paths are returned: the push engine reconciles them. Otherwise the working tree is checked out to the
 tip *first* and ``main`` moved after (the other order changes nothing on disk and leaves a staged
-reverse change, measurements.md), then ``refs/memsync/base``.
+reverse change), then ``refs/memsync/base``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Three-way merges of one memory, and conflicts recorded so that no side is ever lost.
 
-**Merging** uses git's own file merge (libgit2's ``merge_file_from_index``, measurements.md) in a
+**Merging** uses git's own file merge (libgit2's ``merge_file_from_index``) in a
 scratch repository outside the mirror, so predicting a merge (``push --dry-run``) writes nothing.
 libgit2 takes no labels: the sides' index paths become the marker labels, ``local`` (the checkout)
 and ``remote`` (the store). It has no diff3 style, so the base never appears in the markers; it is

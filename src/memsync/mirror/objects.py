@@ -1,8 +1,8 @@
 """Git objects serialised by hand: the exact bytes ``git hash-object`` hashes, and their ids.
 
 Building trees and commits as bytes (instead of through libgit2 one loose object at a time) is what
-lets the mirror write history as fast as ``git fast-import`` (measurements.md): an object id is the
-SHA-1 of ``b"<type> <size>\\0" + body``, and the body formats below are git's own.
+lets the mirror write history as fast as ``git fast-import`` (benchmarks/git_write_bench.py): an
+object id is the SHA-1 of ``b"<type> <size>\\0" + body``, and the body formats below are git's own.
 """
 
 from __future__ import annotations
