@@ -52,7 +52,9 @@ class CheckoutUpdate:
     reason: str | None = None
 
 
-class _Conflicts(pygit2.CheckoutCallbacks):
+class ConflictPaths(pygit2.CheckoutCallbacks):
+    """Collects the paths a SAFE checkout refuses to overwrite (a local edit where the tree changes)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.paths: list[str] = []
@@ -182,7 +184,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         )
     if head != tip:
         target = repo[tip].peel(pygit2.Tree)
-        conflicts = _Conflicts()
+        conflicts = ConflictPaths()
         try:
             with _gathered_for_checkout(mirror, head, tip):
                 repo.checkout_tree(

@@ -27,9 +27,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pygit2
-from pygit2.enums import CheckoutNotify, CheckoutStrategy, DeltaStatus, DiffOption
+from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 
 from memsync.errors import MirrorError, UsageError
+from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import open_repository
@@ -247,25 +248,6 @@ def format_view_message(commit: ViewCommit) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Conflicts(pygit2.CheckoutCallbacks):
-    def __init__(self) -> None:
-        super().__init__()
-        self.paths: list[str] = []
-
-    def checkout_notify_flags(self) -> CheckoutNotify:
-        return CheckoutNotify.CONFLICT
-
-    def checkout_notify(
-        self,
-        why: CheckoutNotify,
-        path: str,
-        baseline: pygit2.DiffFile | None,
-        target: pygit2.DiffFile | None,
-        workdir: pygit2.DiffFile | None,
-    ) -> None:
-        self.paths.append(path)
-
-
 class View:
     """The git repository of one awareness view. Open (or create) with :meth:`open`."""
 
@@ -453,7 +435,7 @@ class View:
                 target = repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
             else:
                 target = repo[tip].peel(pygit2.Tree)
-            conflicts = _Conflicts()
+            conflicts = ConflictPaths()
             repo.checkout_tree(
                 target,
                 strategy=CheckoutStrategy.SAFE
