@@ -27,6 +27,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "mirror.pack_written",  # a batch's pack is on disk, the ref not moved yet (mirror/history.py)
         "mirror.ref_moved",  # the ref moved, the caches (path map, content index) not yet updated
         "mirror.pack_renamed",  # the .pack renamed into place, its .idx not yet (mirror/pack.py)
+        "checkout.file_written",  # some of the tip's files written, the rest and the index not yet
         "checkout.tree_written",  # the working tree is at the tip, main not moved (mirror/checkout.py)
         "checkout.main_moved",  # main moved, refs/memsync/base not yet
     ),

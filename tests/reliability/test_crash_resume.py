@@ -87,6 +87,8 @@ CASES = [
     ("incremental", CrashCase("mirror.ref_moved", 4)),
     ("fresh", CrashCase("mirror.pack_renamed", 1)),
     ("incremental", CrashCase("mirror.pack_renamed", 3)),
+    ("fresh", CrashCase("checkout.file_written", 3)),
+    ("incremental", CrashCase("checkout.file_written", 2)),
     ("fresh", CrashCase("checkout.tree_written", 1)),
     ("incremental", CrashCase("checkout.tree_written", 2)),
     ("fresh", CrashCase("checkout.main_moved", 2)),

@@ -11,6 +11,9 @@ reverse change), then ``refs/memsync/base``.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +28,8 @@ from memsync.mirror.worktree import head_problem
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
+
+log = logging.getLogger(__name__)
 
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
@@ -72,6 +77,11 @@ class ConflictPaths(pygit2.CheckoutCallbacks):
     ) -> None:
         self.paths.append(path)
 
+    def checkout_progress(self, path: str | None, completed_steps: int, total_steps: int) -> None:
+        # libgit2 reports each file it wrote: a kill here leaves the tree part way to the tip.
+        if path is not None:
+            crash_point("checkout.file_written")
+
 
 def _reconciled_base(mirror: Mirror, head: str) -> str | None:
     """The base to diff ``main`` against: ``refs/memsync/base``, or, when that ref was lost, the
@@ -93,20 +103,24 @@ def _reconciled_base(mirror: Mirror, head: str) -> str | None:
 def local_changes(mirror: Mirror) -> tuple[str, ...]:
     """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
     repo = mirror._repo
-    changed: set[str] = set()
+    in_checkout: set[str] = set()
+    committed: set[str] = set()
     with translated("reading the status of the checkout"):
         for path, flags in repo.status(untracked_files="all", ignored=False).items():
             if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
-                changed.add(path)
+                in_checkout.add(path)
         head = mirror.ref_target(mirror.MAIN_REF)
         if head is not None:
             base = _reconciled_base(mirror, head)
             if head != base:
                 old = repo[base].peel(pygit2.Tree) if base else repo[_EMPTY_TREE].peel(pygit2.Tree)
                 for delta in old.diff_to_tree(repo[head].peel(pygit2.Tree)).deltas:
-                    changed.add(delta.old_file.path)
-                    changed.add(delta.new_file.path)
+                    committed.add(delta.old_file.path)
+                    committed.add(delta.new_file.path)
+    changed = in_checkout | committed
     if changed and _left_at_tip(mirror, head):
+        return ()
+    if in_checkout and not committed and _toward_tip(mirror, head, in_checkout):
         return ()
     return tuple(sorted(changed))
 
@@ -142,6 +156,109 @@ def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
     return not any(flags & _WORKTREE_CHANGES for flags in statuses)
 
 
+def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
+    """Whether each of ``paths`` already holds what the imported tip holds there.
+
+    That is what a kill leaves part way through :func:`update_checkout` writing the tip's tree:
+    libgit2 writes the working tree file by file (and the index last), so some files are the tip's
+    and the rest still ``main``'s. None of it is the user's, and the checkout must go on to the tip
+    rather than report the tip's own files as local changes. A file that matches neither (an edit)
+    makes this False, and with it nothing is overwritten.
+    """
+    repo = mirror._repo
+    tip = mirror.tip()
+    if tip is None or repo.workdir is None or (head is not None and not mirror._is_ancestor(head, tip)):
+        return False
+    tree = repo[tip].peel(pygit2.Tree)
+    # libgit2 writes each file in place, so a kill can cut the one it was writing short: after a
+    # killed checkout (and only then), one file that is the start of the tip's is the tip's too.
+    may_be_cut = _killed_checkout(mirror) is not None
+    with translated("comparing the checkout with the imported tip"):
+        for path in paths:
+            try:
+                entry: pygit2.Object | None = tree[path]
+            except KeyError:
+                entry = None
+            on_disk = os.path.join(repo.workdir, path)
+            if entry is None or entry.type != pygit2.enums.ObjectType.BLOB:
+                # The tip has no file here. A folder of the tip's in its place is fine: the status
+                # lists the files in it on their own.
+                is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
+                if os.path.lexists(on_disk) and not is_folder:
+                    return False
+            elif os.path.islink(on_disk) or not os.path.isfile(on_disk):
+                return False
+            elif str(pygit2.hashfile(on_disk)) != str(entry.id):
+                if not (may_be_cut and _starts(on_disk, entry.peel(pygit2.Blob).data)):
+                    return False
+                may_be_cut = False
+    return True
+
+
+_CHECKOUT_MARK = "checkout-pid"
+
+
+@contextlib.contextmanager
+def _marked_checkout(mirror: Mirror) -> Iterator[None]:
+    """Within the block ``.git/memsync/checkout-pid`` names this process as the one writing the tree.
+
+    libgit2 holds ``.git/index.lock`` for the whole checkout; a kill leaves it behind, and git (like
+    libgit2) then refuses every command until someone deletes it. The mark lets the next run tell
+    that lock from a live git command's: see :func:`_clear_killed_checkout`.
+    """
+    mark = mirror.state_dir / _CHECKOUT_MARK
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(str(os.getpid()), encoding="ascii")
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def _killed_checkout(mirror: Mirror) -> float | None:
+    """When a checkout of this mirror was killed part way: the time it started, else None.
+
+    The mark names a process that no longer exists; the store lock keeps any other memsync out, so
+    nothing of ours is writing. The mark stays until a checkout completes.
+    """
+    mark = mirror.state_dir / _CHECKOUT_MARK
+    try:
+        pid = int(mark.read_text(encoding="ascii"))
+        started = mark.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return started
+    except PermissionError:
+        return None
+    return None  # alive (or the pid was reused): not ours to judge
+
+
+def _clear_killed_checkout(mirror: Mirror) -> None:
+    """Delete the ``index.lock`` a killed checkout of this mirror left, and only that one.
+
+    It is that one when no older than the killed checkout's mark. A lock of a git command started
+    since stays: :func:`wait_for_index_lock` waits for it, then names it.
+    """
+    started = _killed_checkout(mirror)
+    if started is None:
+        return
+    lock = mirror.git_dir / "index.lock"
+    with contextlib.suppress(OSError):
+        if lock.stat().st_mtime >= started:
+            lock.unlink()
+            log.warning("removed %s, left by a killed checkout", lock)
+
+
+def _starts(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` holds a proper beginning of ``data``."""
+    with open(path, "rb") as file:
+        head = file.read(len(data) + 1)
+    return len(head) < len(data) and data.startswith(head)
+
+
 def _gathered_for_checkout(
     mirror: Mirror, head: str | None, tip: str
 ) -> contextlib.AbstractContextManager[None]:
@@ -166,6 +283,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
     tip = mirror.tip()
     if tip is None:
         return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
+    _clear_killed_checkout(mirror)
     # Mid-rebase (or merge, bisect, ...) the checkout is git's and the user's: moving main or the
     # files under that operation would make its --continue or --abort go wrong.
     problem = head_problem(mirror)
@@ -186,7 +304,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         target = repo[tip].peel(pygit2.Tree)
         conflicts = ConflictPaths()
         try:
-            with _gathered_for_checkout(mirror, head, tip):
+            with _marked_checkout(mirror), _gathered_for_checkout(mirror, head, tip):
                 repo.checkout_tree(
                     target,
                     strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
@@ -197,8 +315,24 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
             # A file appeared in the way after the status was read (libgit2 checks every conflict
             # before writing anything, so nothing was touched): report it, move nothing. Unless
-            # the files in the way are the tip's own, written by a run killed before moving main.
-            if not _left_at_tip(mirror, head):
+            # the files in the way are the tip's own, written by a run killed before moving main:
+            # all of them (nothing left to write), or some (force the rest, which are main's).
+            if _left_at_tip(mirror, head):
+                pass
+            elif _toward_tip(mirror, head, set(conflicts.paths)):
+                # Forced only where main and the tip differ: a file the tip does not change is
+                # never rewritten, whatever happened to it since the status was read.
+                old = repo[head].peel(pygit2.Tree) if head else repo[_EMPTY_TREE].peel(pygit2.Tree)
+                moved = {
+                    p for d in old.diff_to_tree(target).deltas for p in (d.old_file.path, d.new_file.path)
+                }
+                with _marked_checkout(mirror):
+                    repo.checkout_tree(
+                        target,
+                        strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+                        paths=sorted(moved | set(conflicts.paths)),
+                    )
+            else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(
                     updated=False,
