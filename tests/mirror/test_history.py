@@ -12,12 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord
-from memsync.mirror.contentindex import _ShaFilter
+from memsync.mirror.fastimport import SCRATCH_REF
+from memsync.mirror.gitstore import GEOMETRIC_FROM
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
 from memsync.mirror.trailers import Trailers, format_message
 from tests.mirror.oracle import T0, fsck, git, record
@@ -376,26 +375,6 @@ def test_large_directories_are_stored_as_deltas(new_mirror: NewMirror) -> None:
     assert mirror.files(mirror.tip() or "")["flat/m299.md"] == blob_id(b"599\n")
 
 
-def test_a_memorys_older_version_is_stored_as_a_delta_of_the_newer(new_mirror: NewMirror) -> None:
-    mirror = new_mirror()
-    text = b"".join(b"line %d of a long memory\n" % i for i in range(2000))
-    edited = text.replace(b"line 1000 ", b"LINE 1000 (edited) ")
-    write(
-        mirror, [record(1, "mem_a", "created", "a.md", text), record(2, "mem_a", "updated", "a.md", edited)]
-    )
-    packs = [str(p) for p in (mirror.objects_dir / "pack").glob("pack-*.idx")]
-    rows = {
-        line.split()[0]: line.split() for line in git(mirror.path, "verify-pack", "-v", *packs).splitlines()
-    }
-    older, newer = rows[blob_id(text)], rows[blob_id(edited)]
-    # size, packed size, offset, depth, base: the older version is a few dozen bytes instead of ~50 KB.
-    assert older[1] == "blob" and older[5:] == ["1", blob_id(edited)] and int(older[3]) < 200
-    assert len(newer) == 5  # the newest whole: the checkout reads it without resolving a delta
-    assert git(mirror.path, "show", "refs/remotes/memstore/main:a.md").encode() == edited
-    assert git(mirror.path, "show", "refs/remotes/memstore/main~1:a.md").encode() == text
-    fsck(mirror.path)
-
-
 def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     write(mirror, HISTORY[:2])
@@ -417,16 +396,21 @@ def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
     assert mirror.ref_target(mirror.BASE_REF) is None
 
 
-def test_packs_are_consolidated_when_they_pile_up(new_mirror: NewMirror) -> None:
+def test_packs_stay_few_however_many_batches(new_mirror: NewMirror) -> None:
+    # One pack per batch, and git repack --geometric past GEOMETRIC_FROM of them.
     mirror = new_mirror()
-    for item in HISTORY[:6]:
+    items = [
+        record(n, f"mem_{n % 7}", "created" if n < 7 else "updated", f"m{n % 7}.md", b"v%d\n" % n)
+        for n in range(40)
+    ]
+    for item in items:
         write(mirror, [item])
-    assert mirror.pack_count() == 6
-    assert mirror.consolidate_packs(limit=3)
-    assert mirror.pack_count() == 1
-    write(mirror, HISTORY[6:])  # the writer reads through fresh handles
+        assert mirror.pack_count() <= GEOMETRIC_FROM
+    assert int(git(mirror.path, "count-objects", "-v").split("count: ")[1].split()[0]) == 0  # nothing loose
     fsck(mirror.path)
-    assert mirror.last_imported() is not None
+    fresh = new_mirror("fresh")
+    write(fresh, items)
+    assert mirror.tip() == fresh.tip()
 
 
 def test_another_format_is_refused_with_a_clear_message(new_mirror: NewMirror) -> None:
@@ -523,50 +507,19 @@ def test_nothing_is_written_to_the_working_tree_during_import(new_mirror: NewMir
 def test_leftovers_of_a_killed_writer_are_handled(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     write(mirror, HISTORY[:1])
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    dead = mirror.objects_dir / "pack" / f"tmp_pack_memsync_{int(gone.stdout)}_1"
-    alive = mirror.objects_dir / "pack" / f"tmp_pack_memsync_{os.getpid()}_2"
-    dead.write_bytes(b"PACK half written")
-    alive.write_bytes(b"PACK being written")
+    # What a writer killed mid-stream leaves: fast-import's scratch ref and its crash report.
+    tip = mirror.tip()
+    assert tip is not None
+    git(mirror.path, "update-ref", SCRATCH_REF, tip)
+    (mirror.git_dir / "fast_import_crash_4242").write_text("fast-import crash report:\n")
+    write(mirror, HISTORY[1:2])
+    assert mirror.ref_target(SCRATCH_REF) is None
+    assert not (mirror.git_dir / "fast_import_crash_4242").exists()
+    fsck(mirror.path)
     writer = mirror.history_writer()
-    assert not dead.exists() and alive.exists()
-    alive.unlink()
     # A ref lock left by a killed git: the error says what to do.
     lock = mirror.git_dir / "refs" / "remotes" / "memstore" / "main.lock"
     lock.write_text("")
     writer.add(HISTORY[1])
     with pytest.raises(MirrorError, match="delete that file and run again"):
         writer.flush()
-
-
-def test_the_content_index_answers_the_same_once_its_filter_is_built(new_mirror: NewMirror) -> None:
-    # Past FILTER_AFTER questions the index answers "absent" from a Bloom filter: it must never
-    # hide a content it holds, whether indexed before the filter was built or after.
-    from memsync.mirror.contentindex import FILTER_AFTER
-
-    mirror = new_mirror()
-    early = [record(n, f"mem_{n}", "created", f"early{n}.md", b"early %d\n" % n) for n in range(1, 40)]
-    write(mirror, early)
-    unknown = [hashlib.sha256(b"never %d" % n).hexdigest() for n in range(FILTER_AFTER + 10)]
-    assert not any(mirror._content_index_has(sha) for sha in unknown)
-    assert mirror._content._filter is not None
-    late = [record(n, f"mem_{n}", "created", f"late{n}.md", b"late %d\n" % n) for n in range(40, 60)]
-    write(mirror, late)
-    for n in range(1, 60):
-        content = (b"early %d\n" if n < 40 else b"late %d\n") % n
-        assert mirror.blob_for_sha256(hashlib.sha256(content).hexdigest()) == blob_id(content)
-    assert not any(mirror._content_index_has(sha) for sha in unknown)
-
-
-@settings(max_examples=30)
-@given(st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=200, unique=True))
-def test_the_content_filter_never_says_absent_of_what_it_holds(shas: list[bytes]) -> None:
-    # The filter may answer "maybe" wrongly (then SQLite is asked), never "absent" wrongly: that
-    # would make a pull fetch, and the writer pack, a content the mirror has.
-    held = _ShaFilter()
-    for sha in shas[::2]:
-        held.add(sha)
-    assert all(held.may_contain(sha) for sha in shas[::2])
-    assert not _ShaFilter().may_contain(shas[0])

@@ -35,7 +35,7 @@ def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
     """Point ``main`` (and the index) at ``tip``; the ref keeping the old ``main``, if it had to be kept."""
     old = mirror.ref_target(mirror.MAIN_REF)
     kept: str | None = None
-    if old is not None and old != tip and not mirror._is_ancestor(old, tip):
+    if old is not None and old != tip and not mirror.is_ancestor(old, tip):
         kept = f"{PUSHED_PREFIX}{when.strftime('%Y%m%dT%H%M%SZ')}-{old[:12]}"
         if mirror.ref_target(kept) != old:
             mirror.set_ref_if_equals(kept, old, None, message="memsync: local commits pushed")
@@ -68,7 +68,7 @@ def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRew
     """
     main = mirror.ref_target(mirror.MAIN_REF)
     reconciled = reconciled_import(mirror, base) if base is not None else None
-    if main is None or reconciled is None or mirror._is_ancestor(reconciled, main):
+    if main is None or reconciled is None or mirror.is_ancestor(reconciled, main):
         return None
     repo = mirror._repo
     with translated("finding where main was moved back to"):

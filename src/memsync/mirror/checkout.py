@@ -23,7 +23,6 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.packfiles import NotPacked, checkout_objects
 from memsync.mirror.worktree import head_problem
 
 if TYPE_CHECKING:
@@ -32,11 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
-# A checkout that writes at least this many files first gathers what it reads into one pack. A
-# 1,000-file first import (11 packs) kept 1.4 MiB of indexes mapped, 10,000 files (51 packs) 12.9;
-# a few dozen files touch a few pages, and listing and copying them would cost more than it saves.
-GATHER_FROM_FILES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +139,7 @@ def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
     """
     repo = mirror._repo
     tip = mirror.tip()
-    if tip is None or (head is not None and not mirror._is_ancestor(head, tip)):
+    if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     with translated("comparing the checkout with the imported tip"):
         index = repo.index
@@ -167,7 +161,7 @@ def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
     """
     repo = mirror._repo
     tip = mirror.tip()
-    if tip is None or repo.workdir is None or (head is not None and not mirror._is_ancestor(head, tip)):
+    if tip is None or repo.workdir is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     tree = repo[tip].peel(pygit2.Tree)
     # libgit2 writes each file in place, so a kill can cut the one it was writing short: after a
@@ -259,24 +253,6 @@ def _starts(path: str, data: bytes) -> bool:
     return len(head) < len(data) and data.startswith(head)
 
 
-def _gathered_for_checkout(
-    mirror: Mirror, head: str | None, tip: str
-) -> contextlib.AbstractContextManager[None]:
-    """For a large checkout, what it reads gathered into one pack (:meth:`Mirror.gathered`).
-
-    What it reads: the tip's root tree, and every tree and file that differs from ``main`` (a first
-    checkout: all of them), listed by reading the packs directly (:func:`checkout_objects`) rather
-    than through libgit2, whose lookups are the very cost this avoids.
-    """
-    if mirror.pack_count() < 2:
-        return contextlib.nullcontext()
-    try:
-        wanted, files = checkout_objects(mirror.objects_dir / "pack", tip, head)
-    except NotPacked:
-        return contextlib.nullcontext()  # loose objects (a local commit on main): libgit2 reads them
-    return mirror.gathered(wanted) if files >= GATHER_FROM_FILES else contextlib.nullcontext()
-
-
 def update_checkout(mirror: Mirror) -> CheckoutUpdate:
     """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
     repo = mirror._repo
@@ -296,7 +272,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         )
     head = mirror.ref_target(mirror.MAIN_REF)
     base = mirror.ref_target(mirror.BASE_REF)
-    if head is not None and head != tip and not mirror._is_ancestor(head, tip):
+    if head is not None and head != tip and not mirror.is_ancestor(head, tip):
         return CheckoutUpdate(
             updated=False, tip=tip, diverged=True, reason="main has commits that memstore/main lacks"
         )
@@ -304,7 +280,7 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         target = repo[tip].peel(pygit2.Tree)
         conflicts = ConflictPaths()
         try:
-            with _marked_checkout(mirror), _gathered_for_checkout(mirror, head, tip):
+            with _marked_checkout(mirror):
                 repo.checkout_tree(
                     target,
                     strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,

@@ -36,52 +36,6 @@ CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit
 SIDE_FILES = ("-journal",)
 
 
-# Questions before the index considers building its filter. Building reads every entry (about
-# 2 µs each: 200 ms at 100,000) and saves about 9 µs per absent content asked about, so the filter is
-# built only once the questions reach a quarter of the entries: a pull of a few hundred versions
-# into a large mirror never pays for it, a large import does early.
-FILTER_AFTER = 256
-
-
-class _ShaFilter:
-    """A Bloom filter over the index's SHA-256 values, 1 MiB whatever the index's size.
-
-    Most questions a first import asks are about new contents, and an SQLite miss costs ~10 µs
-    (a tenth of the git writing of a version): "absent" here is certain and needs no query, "maybe"
-    asks the database. The hash functions are four 23-bit slices of the SHA-256 itself, uniform
-    already; at 100,000 contents about one absent content in 100,000 still reaches the database.
-    """
-
-    BITS = 23
-    MASK = (1 << BITS) - 1
-    _SHIFTS = (BITS, 2 * BITS, 3 * BITS)  # the 2nd, 3rd and 4th positions of a hash
-
-    def __init__(self) -> None:
-        self._bits = bytearray(1 << (self.BITS - 3))
-
-    def add(self, sha256: bytes) -> None:
-        # The four positions of may_contain, unrolled: this runs once per content an import writes.
-        value, bits, mask = int.from_bytes(sha256[:12], "big"), self._bits, self.MASK
-        second, third, fourth = self._SHIFTS
-        position = value & mask
-        bits[position >> 3] |= 1 << (position & 7)
-        position = (value >> second) & mask
-        bits[position >> 3] |= 1 << (position & 7)
-        position = (value >> third) & mask
-        bits[position >> 3] |= 1 << (position & 7)
-        position = (value >> fourth) & mask
-        bits[position >> 3] |= 1 << (position & 7)
-
-    def may_contain(self, sha256: bytes) -> bool:
-        value = int.from_bytes(sha256[:12], "big")
-        for _ in range(4):
-            position = value & self.MASK
-            if not (self._bits[position >> 3] >> (position & 7)) & 1:
-                return False
-            value >>= self.BITS
-        return True
-
-
 class ContentIndex:
     """The index of one mirror; ``repo`` may be None for :func:`note_contents`, which reads no history."""
 
@@ -90,9 +44,6 @@ class ContentIndex:
         self._path = path
         self._db: sqlite3.Connection | None = None
         self._covered: str | None = None
-        self._filter: _ShaFilter | None = None
-        self._queries = 0
-        self._build_at = FILTER_AFTER
 
     def close(self) -> None:
         if self._db is not None:
@@ -159,27 +110,13 @@ class ContentIndex:
             key = bytes.fromhex(sha256)
         except ValueError:
             return None
-        db = self._connection()
-        if self._filter is None:
-            self._queries += 1
-            if self._queries == FILTER_AFTER:
-                (entries,) = db.execute("SELECT count(*) FROM content").fetchone()
-                self._build_at = max(FILTER_AFTER, entries // 4)
-            if self._queries >= self._build_at:
-                self._filter = _ShaFilter()
-                for (known,) in db.execute("SELECT sha256 FROM content"):
-                    self._filter.add(known)
-        if self._filter is not None and not self._filter.may_contain(key):
-            return None
-        row = db.execute("SELECT blob FROM content WHERE sha256 = ?", (key,)).fetchone()
+        row = self._connection().execute("SELECT blob FROM content WHERE sha256 = ?", (key,)).fetchone()
         return bytes(row[0]).hex() if row else None
 
     def _commit(
         self, entries: Iterable[tuple[str, str]], covered: str | None, *, reset: bool = False
     ) -> None:
         db = self._connection()
-        if reset and self._filter is not None:
-            self._filter = _ShaFilter()
         db.execute("BEGIN IMMEDIATE")
         try:
             if reset:
@@ -187,23 +124,16 @@ class ContentIndex:
                 db.execute("DELETE FROM marker")
             db.executemany(
                 "INSERT OR REPLACE INTO content (sha256, blob) VALUES (?, ?)",
-                (self._row(sha, blob) for sha, blob in entries),
+                ((bytes.fromhex(sha), bytes.fromhex(blob)) for sha, blob in entries),
             )
             if covered is not None:
                 db.execute("INSERT OR REPLACE INTO marker (id, commit_id) VALUES (1, ?)", (covered,))
             db.execute("COMMIT")
         except BaseException:
-            # The filter may keep bits of rows rolled back: it only ever answers "maybe" for them.
             db.execute("ROLLBACK")
             raise
         if covered is not None:
             self._covered = covered
-
-    def _row(self, sha256: str, blob: str) -> tuple[bytes, bytes]:
-        key = bytes.fromhex(sha256)
-        if self._filter is not None:
-            self._filter.add(key)
-        return key, bytes.fromhex(blob)
 
     # --- catching up with history ----------------------------------------------------------------
 

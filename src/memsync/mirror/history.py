@@ -19,7 +19,7 @@ import math
 import os
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
@@ -29,8 +29,7 @@ import pygit2
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
-from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
-from memsync.mirror.pack import PackBatch
+from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
 from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
 from memsync.mirror.trailers import (
     ID_PATTERN,
@@ -43,7 +42,6 @@ from memsync.mirror.trailers import (
     inferred_version_id,
     parse_message,
 )
-from memsync.mirror.tree import MutableTree
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -210,10 +208,10 @@ def replay(repo: pygit2.Repository, paths: PathMap, until: pygit2.Oid, since: py
 
 
 @functools.lru_cache(maxsize=1024)
-def _tree_components(path: str, suffixed: bool) -> tuple[bytes, ...]:
+def _tree_path(path: str, suffixed: bool) -> str:
     # Most versions touch a memory written shortly before: a bounded cache keeps encode_path off the
     # hot path without a dictionary that grows with the store.
-    return tuple(part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/"))
+    return encode_path(path, directory_sibling=suffixed)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -228,8 +226,9 @@ class HistoryWriter:
     """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
 
     Use as a context manager (flushes on a clean exit) or call :meth:`flush`. Nothing touches the
-    working tree. The ref moves only by compare-and-swap after a pack is completely on disk, so a
-    kill at any moment leaves the previous checkpoint, and resuming makes the same commits again.
+    working tree. Each batch streams into its own ``git fast-import`` (:mod:`memsync.mirror.fastimport`);
+    the ref moves only by compare-and-swap after that pack is complete, so a kill at any moment leaves
+    the previous checkpoint, and resuming makes the same commits again.
     """
 
     def __init__(
@@ -239,41 +238,43 @@ class HistoryWriter:
         ref: str | None = None,
         batch_commits: int = DEFAULT_BATCH_COMMITS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
-        compression: int = 1,
-        indexer: str = "python",
+        keep_ids: bool = False,
     ) -> None:
         self._mirror = mirror
-        self._indexer = indexer
-        self._repo = mirror._repo
         self._ref = ref or mirror.MEMSTORE_REF
         self._batch_commits = batch_commits
         self._batch_bytes = batch_bytes
-        self._compression = compression
         self._expected = mirror.ref_target(self._ref)
-        self._parent: bytes | None = bytes.fromhex(self._expected) if self._expected else None
-        root = self._repo[self._parent.hex()].peel(pygit2.Commit).tree_id.raw if self._parent else None
-        self._tree = MutableTree(self._repo, root)
         self._paths = mirror._path_map_at(self._expected).copy()
         self._paths.listener = self
-        self._batch = PackBatch(compression=compression)
-        self._pending = 0
+        self._stream: FastImport | None = None
+        self._changes: list[Change] = []  # the file changes of the commit being built
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._absent: set[str] = set()  # sha256 the mirror was asked about and lacks (bounded)
-        self._batch_contents: dict[str, tuple[bytes, bytes]] = {}  # memory id → its last blob packed
-        self._batch_facts = HistoryFacts()  # what the unflushed batch adds to the history's facts
+        self._root_mark: tuple[int, int | None] | None = None  # (mark, History-Truncated) of a root
+        self._redacted_marks: list[tuple[int, RedactedCommit]] = []
         self._broken: str | None = None
+        # With keep_ids, the id of every commit flushed, in order (a rewrite maps old ids to them).
+        self.written: list[str] | None = [] if keep_ids else None
 
     # --- the public face ---------------------------------------------------------------------
 
     @property
     def tip(self) -> str | None:
-        """The last commit written (flushed or not), or the ref's target before any."""
-        return self._parent.hex() if self._parent else None
+        """The ref's target as of the last flush (commits of the unflushed batch have no id yet)."""
+        return self._expected
+
+    flushed_tip = tip
+
+    @property
+    def started(self) -> bool:
+        """Whether the history has a commit, flushed or not: the next record is not the first."""
+        return self._expected is not None or self.pending > 0
 
     @property
     def pending(self) -> int:
         """Commits written into the current batch and not yet behind the ref."""
-        return self._pending
+        return self._stream.commits if self._stream is not None else 0
 
     def paths(self) -> dict[str, str]:
         """``{memory_path: memory_id}`` after the last record added."""
@@ -286,7 +287,7 @@ class HistoryWriter:
             return True
         if sha256 in self._absent:
             return False
-        if self._mirror._blob_for_sha256_at(sha256, self.flushed_tip) is not None:
+        if self._mirror._blob_for_sha256_at(sha256, self._expected) is not None:
             return True
         # The engine asks about a segment's versions, then adds them: remembering the misses
         # spares the index a second query per new content in _blob_for. Bounded, and cleared of
@@ -296,13 +297,8 @@ class HistoryWriter:
         self._absent.add(sha256)
         return False
 
-    @property
-    def flushed_tip(self) -> str | None:
-        """The ref's target as of the last flush: what the mirror's caches describe."""
-        return self._expected
-
-    def add(self, record: VersionRecord) -> str:
-        """Write the commit for ``record``; its id. Flushes when the batch is full.
+    def add(self, record: VersionRecord) -> None:
+        """Write the commit for ``record``. Flushes when the batch is full.
 
         Raises :class:`UnsafeInput` naming the version, before changing anything, for data that
         must not be written (a hash mismatch, an impossible path, a malformed id); the engine can
@@ -316,7 +312,9 @@ class HistoryWriter:
             _clean_identity(record.author_email, DEFAULT_AUTHOR_EMAIL),
             math.floor(record.created_at.timestamp()),
         )
-        blob, content_sha = self._blob_for(record)
+        first = not self.started
+        stream = self._open()
+        blob, content_sha = self._blob_for(stream, record)
         known = self._paths.path_of(record.memory_id)
         written: str | None = None
         moved_from: str | None = None
@@ -331,6 +329,7 @@ class HistoryWriter:
             self._spelling(target, False)  # refuse an unencodable path before changing anything
             written = target
             moved_from = known if known is not None and known != target else None
+        self._changes = []
         if not record.skipped:
             apply_change(
                 self._paths,
@@ -339,7 +338,7 @@ class HistoryWriter:
                 written if record.operation != "deleted" else None,
             )
             if blob is not None and written is not None and record.operation != "deleted":
-                self._tree.set(self._spelling(written, self._paths.is_directory(written)), blob)
+                self._changes.append(Put(self._spelling(written, self._paths.is_directory(written)), blob))
         trailers = Trailers(
             memory_id=record.memory_id,
             version_id=record.version_id,
@@ -353,24 +352,21 @@ class HistoryWriter:
             history_truncated=record.history_truncated,
         )
         message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
-        tree = self._tree.write(self._batch)
-        body = serialise_commit(tree, [self._parent] if self._parent else [], author, author, message)
-        commit = object_id(COMMIT, body)
-        self._batch.add(COMMIT, body, commit)
-        if self._parent is None:
-            self._batch_facts.root = commit.hex()
-            self._batch_facts.truncated = record.history_truncated
+        mark = stream.commit(
+            parent=self._expected,
+            author=author.line(),
+            committer=author.line(),
+            message=message.encode("utf-8"),
+            changes=self._changes,
+        )
+        if first:
+            self._root_mark = (mark, record.history_truncated)
         if record.redacted and not record.skipped:
             wrote = blob is not None and record.operation != "deleted"
-            facts = RedactedCommit(
-                commit.hex(), record.version_id, record.memory_id, trailers.content_sha256, wrote
-            )
-            self._batch_facts.redacted.append(facts)
-        self._parent = commit
-        self._pending += 1
-        if self._pending >= self._batch_commits or self._batch.size >= self._batch_bytes:
+            facts = RedactedCommit("", record.version_id, record.memory_id, trailers.content_sha256, wrote)
+            self._redacted_marks.append((mark, facts))
+        if stream.commits >= self._batch_commits or stream.bytes_written >= self._batch_bytes:
             self.flush()
-        return commit.hex()
 
     def write(self, records: Iterable[VersionRecord]) -> str | None:
         """Add every record, then flush; the new tip."""
@@ -379,17 +375,22 @@ class HistoryWriter:
         return self.flush()
 
     def flush(self) -> str | None:
-        """Write the batch as one pack, then move the ref by compare-and-swap; the tip."""
+        """End the batch's ``git fast-import`` (its pack complete), then move the ref by
+        compare-and-swap; the tip."""
         if self._broken:
             raise MirrorError(f"this history writer cannot continue: {self._broken}")
-        if self._pending == 0 or self._parent is None:
+        stream, self._stream = self._stream, None
+        if stream is None or stream.commits == 0:
+            if stream is not None:
+                stream.abort()
             return self.tip
-        tip = self._parent.hex()
-        self._mirror.add_pack(self._batch, indexer=self._indexer)
+        pending = stream.commits
+        ids = stream.finish()
+        tip = ids[pending]
         crash_point("mirror.pack_written")
         try:
             self._mirror.set_ref_if_equals(
-                self._ref, tip, self._expected, message=f"memsync: import {self._pending} versions"
+                self._ref, tip, self._expected, message=f"memsync: import {pending} versions"
             )
         except RefMoved as exc:
             self._broken = str(exc)
@@ -397,18 +398,19 @@ class HistoryWriter:
         crash_point("mirror.ref_moved")
         self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         if self._ref == self._mirror.MEMSTORE_REF:
-            _record_facts(self._mirror, self._expected, tip, self._batch_facts)
-        self._batch_facts = HistoryFacts()
+            facts = HistoryFacts()
+            if self._root_mark is not None:
+                facts.root, facts.truncated = ids[self._root_mark[0]], self._root_mark[1]
+            facts.redacted = [replace(found, commit=ids[mark]) for mark, found in self._redacted_marks]
+            _record_facts(self._mirror, self._expected, tip, facts)
+        if self.written is not None:
+            self.written.extend(ids[mark] for mark in range(1, pending + 1))
+        self._root_mark = None
+        self._redacted_marks = []
         self._expected = tip
-        self._batch = PackBatch(compression=self._compression)
-        self._pending = 0
         self._absent.difference_update(self._new_content)
         self._new_content = {}
-        self._batch_contents = {}
-        if self._mirror.consolidate_packs():
-            # A repack replaced the pack files this process had open: read through fresh handles.
-            self._repo = self._mirror._repo
-            self._tree.rebind(self._repo)
+        self._mirror.repack()
         return tip
 
     def __enter__(self) -> HistoryWriter:
@@ -420,22 +422,27 @@ class HistoryWriter:
         # On an error the unflushed batch is dropped: the ref keeps the last complete checkpoint.
         if kind is None:
             self.flush()
+        elif self._stream is not None:
+            self._stream.abort()
+            self._stream = None
 
     # --- PathListener: keep the tree's spelling in step with the map ----------------------------
 
     def file_removed(self, path: str, suffixed: bool) -> None:
-        self._tree.remove(self._spelling(path, suffixed))
+        self._changes.append(Remove(self._spelling(path, suffixed)))
 
     def file_relocated(self, path: str, suffixed: bool) -> None:
-        oid = self._tree.remove(self._spelling(path, not suffixed))
-        if oid is None:
-            raise MirrorError(f"the mirror's tree lacks the file of {quote_for_message(path)}")
-        self._tree.set(self._spelling(path, suffixed), oid)
+        self._changes.append(Move(self._spelling(path, not suffixed), self._spelling(path, suffixed)))
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _spelling(self, path: str, suffixed: bool) -> tuple[bytes, ...]:
-        return _tree_components(path, suffixed)
+    def _open(self) -> FastImport:
+        if self._stream is None:
+            self._stream = self._mirror.fast_import()
+        return self._stream
+
+    def _spelling(self, path: str, suffixed: bool) -> str:
+        return _tree_path(path, suffixed)
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
@@ -465,9 +472,7 @@ class HistoryWriter:
             raise self._refuse(
                 record, "an inferred record is a delete of no content, named inferred:<memory id>"
             )
-        if record.history_truncated is not None and (
-            record.history_truncated < 1 or self._parent is not None
-        ):
+        if record.history_truncated is not None and (record.history_truncated < 1 or self.started):
             raise self._refuse(
                 record, "History-Truncated is a positive count, on a mirror's first commit only"
             )
@@ -477,7 +482,7 @@ class HistoryWriter:
             except PathEncodingError as exc:
                 raise self._refuse(record, str(exc)) from None
 
-    def _blob_for(self, record: VersionRecord) -> tuple[bytes | None, str | None]:
+    def _blob_for(self, stream: FastImport, record: VersionRecord) -> tuple[str | None, str | None]:
         """The blob the version writes (None: no file change) and the content's SHA-256."""
         if record.skipped or record.operation == "deleted":
             return None, None
@@ -487,19 +492,15 @@ class HistoryWriter:
                 raise self._refuse(
                     record, f"its content hashes to {sha}, not to its content_sha256 {record.content_sha256}"
                 )
-            oid = object_id(BLOB, record.content)
-            # A blob stored before (an earlier batch, another memory) is not packed again. Asking
-            # the object store only for contents the index knows avoids a lookup miss per version,
-            # which costs a rescan of the pack directory in libgit2. (Earlier batches of this
-            # writer are in the index: no set of this writer's blobs grows with the import.)
-            if oid not in self._batch:
-                indexed = sha in self._new_content or (
-                    sha not in self._absent and self._mirror._content_index_has(sha)
-                )
-                if not (indexed and self._repo.odb.exists(oid.hex())):
-                    self._pack_blob(record.memory_id, record.content, oid)
-            self._new_content[sha] = oid.hex()
-            return oid, sha
+            known = self._new_content.get(sha)
+            if known is None and sha not in self._absent and self._mirror._content_index_has(sha):
+                known = self._mirror._blob_for_sha256_at(sha, self._expected)
+            if known is None:
+                # fast-import stores a blob the repository already holds only once, too; not
+                # streaming a known content spares the pipe its bytes.
+                known = stream.blob(record.content)
+            self._new_content[sha] = known
+            return known, sha
         if record.redacted:
             return None, None
         if record.content_sha256 is None:
@@ -512,19 +513,12 @@ class HistoryWriter:
                     f"version {record.version_id}: the mirror holds no content with SHA-256 "
                     f"{record.content_sha256}; fetch the version's content and pass it"
                 )
-            data = self._repo[known].peel(pygit2.Blob).data
-            if hashlib.sha256(data).hexdigest() != record.content_sha256:
+            if hashlib.sha256(self._mirror.read_blob(known)).hexdigest() != record.content_sha256:
                 raise MirrorError(
                     f"the mirror's content index is wrong for SHA-256 {record.content_sha256}; "
                     "delete .git/memsync/content-index and run again"
                 )
-        return bytes.fromhex(known), record.content_sha256
-
-    def _pack_blob(self, memory_id: str, content: bytes, oid: bytes) -> None:
-        # A new version of a memory is usually a small edit of the previous one: when that is in
-        # this pack, it becomes a delta against the new one (newest whole, see memsync.mirror.pack).
-        self._batch.add_version(BLOB, content, oid, self._batch_contents.get(memory_id))
-        self._batch_contents[memory_id] = (oid, content)
+        return known, record.content_sha256
 
     def _summary(self, record: VersionRecord, path: str | None, moved_from: str | None) -> str:
         subject = quote_for_message(path) if path is not None else f"memory {record.memory_id}"
@@ -600,7 +594,7 @@ def history_facts(mirror: Mirror, *, save: bool = True) -> HistoryFacts:
     cached_tip, facts = _load_facts(mirror)
     if cached_tip == tip and facts is not None:
         return facts
-    if facts is None or cached_tip is None or not mirror._is_ancestor(cached_tip, tip):
+    if facts is None or cached_tip is None or not mirror.is_ancestor(cached_tip, tip):
         cached_tip, facts = None, HistoryFacts()
     with translated("reading the imported history"):
         walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)

@@ -19,16 +19,14 @@ import pygit2
 
 from memsync.errors import UnsafeInput
 from memsync.mirror.errors import translated
-from memsync.mirror.objects import BLOB, COMMIT, Signature, object_id, serialise_commit
-from memsync.mirror.pack import PackBatch
+from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
 from memsync.mirror.trailers import ID_PATTERN
-from memsync.mirror.tree import MutableTree
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
-STORE_FILE = b"store.json"
-MEMORIES_DIR = b"memories"
+STORE_FILE = "store.json"
+MEMORIES_DIR = "memories"
 MESSAGE = "metadata snapshot\n\nMemsync-Format: 1\n"
 
 
@@ -61,45 +59,42 @@ def write_metadata(
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
-    repo = mirror._repo
     parent = mirror.ref_target(mirror.METADATA_REF)
-    with translated("reading the metadata branch"):
-        parent_tree = repo[parent].peel(pygit2.Tree).id.raw if parent else None
-    tree = MutableTree(repo, parent_tree)
-    batch = PackBatch()
+    current = mirror.tree_files(parent)
+    changes: list[Change] = []
+    with mirror.fast_import() as stream:
 
-    def put(components: list[bytes], data: bytes) -> None:
-        oid = object_id(BLOB, data)
-        if tree.get(components) != oid:
-            batch.add(BLOB, data, oid)
-            tree.set(components, oid)
+        def put(path: str, data: bytes) -> None:
+            if current.get(path) != blob_id(data):
+                changes.append(Put(path, stream.blob(data)))
 
-    if store is not None:
-        put([STORE_FILE], _document(store, "the store"))
-    if memories is not None:
-        seen: set[bytes] = set()
-        for memory_id, document in memories.items() if isinstance(memories, Mapping) else memories:
-            name = _memory_file(memory_id)
-            seen.add(name)
-            put([MEMORIES_DIR, name], _document(document, f"memory {memory_id}"))
-        for name in _memory_files(repo, parent_tree):
-            if name not in seen:
-                tree.remove([MEMORIES_DIR, name])
-    else:
-        for memory_id, document in sorted((changed or {}).items()):
-            put([MEMORIES_DIR, _memory_file(memory_id)], _document(document, f"memory {memory_id}"))
-        for memory_id in sorted(set(removed) - set(changed or {})):
-            tree.remove([MEMORIES_DIR, _memory_file(memory_id)])
-    root = tree.write(batch)
-    if root == parent_tree:
-        return None
-    who = Signature(author_name, author_email, math.floor(when.timestamp()))
-    body = serialise_commit(root, [bytes.fromhex(parent)] if parent else [], who, who, MESSAGE)
-    commit = object_id(COMMIT, body)
-    batch.add(COMMIT, body, commit)
-    mirror.add_pack(batch)
-    mirror.set_ref_if_equals(mirror.METADATA_REF, commit.hex(), parent, message="memsync: metadata snapshot")
-    return commit.hex()
+        if store is not None:
+            put(STORE_FILE, _document(store, "the store"))
+        if memories is not None:
+            seen: set[str] = set()
+            for memory_id, document in memories.items() if isinstance(memories, Mapping) else memories:
+                path = _memory_file(memory_id)
+                seen.add(path)
+                put(path, _document(document, f"memory {memory_id}"))
+            changes += [
+                Remove(path) for path in sorted(current) if _is_memory_file(path) and path not in seen
+            ]
+        else:
+            for memory_id, document in sorted((changed or {}).items()):
+                put(_memory_file(memory_id), _document(document, f"memory {memory_id}"))
+            for memory_id in sorted(set(removed) - set(changed or {})):
+                if (path := _memory_file(memory_id)) in current:
+                    changes.append(Remove(path))
+        if not changes:
+            stream.abort()
+            return None
+        who = Signature(author_name, author_email, math.floor(when.timestamp())).line()
+        mark = stream.commit(
+            parent=parent, author=who, committer=who, message=MESSAGE.encode(), changes=changes
+        )
+        commit = stream.finish()[mark]
+    mirror.set_ref_if_equals(mirror.METADATA_REF, commit, parent, message="memsync: metadata snapshot")
+    return commit
 
 
 # The tip of memstore/main the memory documents were last brought up to (a note, not a ref: losing it
@@ -129,19 +124,14 @@ def note_metadata_follows(mirror: Mirror, tip: str | None) -> None:
     os.replace(tmp, target)
 
 
-def _memory_file(memory_id: str) -> bytes:
+def _memory_file(memory_id: str) -> str:
     if ID_PATTERN.fullmatch(memory_id) is None:
         raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
-    return f"{memory_id}.json".encode()
+    return f"{MEMORIES_DIR}/{memory_id}.json"
 
 
-def _memory_files(repo: pygit2.Repository, tree_id: bytes | None) -> list[bytes]:
-    if tree_id is None:
-        return []
-    tree = repo[pygit2.Oid(raw=tree_id)].peel(pygit2.Tree)
-    if "memories" not in tree:
-        return []
-    return [item.raw_name for item in tree["memories"].peel(pygit2.Tree) if item.raw_name is not None]
+def _is_memory_file(path: str) -> bool:
+    return path.startswith(MEMORIES_DIR + "/")
 
 
 def read_metadata(mirror: Mirror, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:

@@ -50,9 +50,10 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import is_repository, open_repository
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathMap, replay
 from memsync.mirror.paths import decode_path
-from memsync.mirror.repository import ImportedVersion, Mirror, _collect_files
+from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import _blob_at, superseded_commits
 from memsync.mirror.trailers import Trailers, parse_message
 
@@ -337,7 +338,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         elif old is None:
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "created"))
-        elif repo.odb.exists(old) and mirror._is_ancestor(old, new):
+        elif repo.odb.exists(old) and mirror.is_ancestor(old, new):
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "updated"))
         elif old in superseded:
@@ -533,12 +534,11 @@ class TreeFiles:
     problems: dict[str, str]
 
 
-class BackupRepository:
+class BackupRepository(GitStore):
     """A mirror or a bare backup, read-only. Open with :meth:`open`; use as a context manager."""
 
     def __init__(self, repo: pygit2.Repository, path: Path, kind: Literal["mirror", "backup"]) -> None:
-        self._repo = repo
-        self.path = path
+        super().__init__(repo, path)
         self.kind = kind
 
     @classmethod
@@ -555,9 +555,6 @@ class BackupRepository:
             )
         return found
 
-    def close(self) -> None:
-        self._repo.free()
-
     def __enter__(self) -> BackupRepository:
         return self
 
@@ -568,11 +565,6 @@ class BackupRepository:
     def default_ref(self) -> str:
         """The imported history: ``memstore/main`` in a mirror, ``refs/heads/main`` in a backup."""
         return Mirror.MEMSTORE_REF if self.kind == "mirror" else BACKUP_MAIN
-
-    def ref_target(self, name: str) -> str | None:
-        with translated(f"reading {name}"):
-            ref = self._repo.references.get(name)
-            return None if ref is None else str(ref.resolve().target)
 
     def resolve(self, revision: str | None = None) -> str:
         """The commit ``revision`` names (any git revision: id, ref, ``main~3``); default the tip."""
@@ -585,9 +577,7 @@ class BackupRepository:
 
     def files(self, commit: str) -> TreeFiles:
         """The memories at ``commit``; tree paths that are no memory path's spelling are problems."""
-        with translated(f"reading the tree of {commit}"):
-            raw: dict[str, str] = {}
-            _collect_files(self._repo[commit].peel(pygit2.Tree), "", raw)
+        raw = self.tree_files(commit)
         files: dict[str, str] = {}
         problems: dict[str, str] = {}
         for tree_path, blob in sorted(raw.items()):

@@ -14,7 +14,6 @@ Layout (see docs/mirror.md)::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -30,9 +29,10 @@ import pygit2
 from memsync.errors import EnvironmentProblem, MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
 from memsync.mirror.contentindex import ContentIndex
-from memsync.mirror.errors import FormatError, RefMoved, translated
-from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.errors import FormatError, translated
+from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitrepo import open_repository
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -45,40 +45,10 @@ from memsync.mirror.history import (
 )
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
 from memsync.mirror.metadata import read_metadata, write_metadata
-from memsync.mirror.pack import PackBatch
-from memsync.mirror.packfiles import (
-    NotPacked,
-    SharedObjects,
-    copy_objects,
-    delete_pack,
-    finish_merge,
-    merge_packs,
-    packs_to_merge,
-    read_pack_file,
-)
 from memsync.mirror.paths import decode_path
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 
 MIRROR_FORMAT = "1"
-PACK_LIMIT = 50
-
-# libgit2 maps pack files in windows of up to 1 GiB and unmaps none until 8 GiB are mapped, so a
-# process that reads much of a large mirror (a first checkout reads every memory's latest content)
-# held every pack page it touched: peak memory then grew with the store. Capping what is mapped at
-# once keeps it flat; the windows are recycled least recently used first (benchmarks/pull_bench.py).
-MAPPED_PACK_LIMIT = 4 << 20
-MAPPED_WINDOW_SIZE = 1 << 20
-if pygit2.settings.mwindow_mapped_limit > MAPPED_PACK_LIMIT:
-    pygit2.settings.mwindow_mapped_limit = MAPPED_PACK_LIMIT
-    pygit2.settings.mwindow_size = MAPPED_WINDOW_SIZE
-# The same cap for git repack, which memsync runs only on packs that share objects (on a
-# 100,000-version mirror a 16 MiB cap took its peak from 307 to 261 MiB; the rest is per object).
-_GIT_MAPPED_PACKS = (
-    "-c",
-    f"core.packedGitLimit={MAPPED_PACK_LIMIT}",
-    "-c",
-    f"core.packedGitWindowSize={MAPPED_WINDOW_SIZE}",
-)
 
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
@@ -163,7 +133,7 @@ def _probe_case_sensitivity(directory: Path) -> None:
         )
 
 
-class Mirror:
+class Mirror(GitStore):
     """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`."""
 
     MEMSTORE_REF = "refs/remotes/memstore/main"
@@ -172,11 +142,7 @@ class Mirror:
     METADATA_REF = "refs/heads/memsync/metadata"
 
     def __init__(self, repo: pygit2.Repository, path: Path) -> None:
-        self._repo = repo
-        self.path = path
-        self.git_dir = Path(repo.path)
-        self.objects_dir = self.git_dir / "objects"
-        self.state_dir = self.git_dir / "memsync"
+        super().__init__(repo, path)
         self._content = ContentIndex(repo, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
 
@@ -224,7 +190,13 @@ class Mirror:
     def close(self) -> None:
         """Release the repository's files (pack handles and maps); the mirror is unusable after."""
         self._content.close()
-        self._repo.free()
+        super().close()
+
+    def reopen(self) -> None:
+        self._content.close()
+        super().reopen()
+        self._content = ContentIndex(self._repo, self.state_dir / "content-index")
+        self._path_map_cache = None
 
     def __enter__(self) -> Mirror:
         return self
@@ -299,67 +271,6 @@ class Mirror:
             return None
         return " ".join(parts)
 
-    def _reopen(self) -> None:
-        """Fresh pygit2 handles (after a repack replaced the pack files the old ones had open)."""
-        # The old handles' caches and maps go now, not whenever the garbage collector gets to them.
-        self._content.close()
-        self._repo.free()
-        self._repo = open_repository(self.path, "reopening the mirror")
-        self._content = ContentIndex(self._repo, self.state_dir / "content-index")
-
-    # --- refs ------------------------------------------------------------------------------------
-
-    def ref_target(self, name: str) -> str | None:
-        """The commit id ``name`` points at, or None if the ref does not exist."""
-        with translated(f"reading {name}"):
-            ref = self._repo.references.get(name)
-            if ref is None:
-                return None
-            return str(ref.resolve().target)
-
-    def set_ref_if_equals(
-        self, name: str, new: str, expected_old: str | None, *, message: str = "memsync"
-    ) -> None:
-        """Point ``name`` at ``new`` only if it still points at ``expected_old`` (None: absent).
-
-        Atomic against other writers (libgit2 locks the ref and compares under the lock); raises
-        :class:`RefMoved` naming what it found otherwise.
-        """
-        if not name.startswith("refs/"):
-            raise MirrorError(f"refusing to update {name!r}: not a full ref name under refs/")
-        try:
-            if expected_old is None:
-                self._repo.create_reference_direct(name, new, False, message=message)
-                return
-            ref = self._repo.references.get(name)
-            actual = str(ref.target) if ref is not None else None
-            if ref is None or actual != expected_old:
-                raise RefMoved(name, expected_old, actual)
-            ref.set_target(new, message)
-        except pygit2.AlreadyExistsError:
-            raise RefMoved(name, expected_old, self.ref_target(name)) from None
-        except (pygit2.GitError, OSError) as exc:  # pygit2 reports a held lock as an OSError
-            if "does not match" in str(exc) or "modified" in str(exc):
-                raise RefMoved(name, expected_old, self.ref_target(name)) from None
-            lock = self.git_dir / f"{name}.lock"
-            if lock.exists():
-                raise MirrorError(
-                    f"cannot update {name}: {lock} exists. Another git process is updating it, or one "
-                    "was killed; if none is running, delete that file and run again"
-                ) from exc
-            raise MirrorError(f"updating {name}: {exc}") from exc
-
-    def delete_ref_if_equals(self, name: str, expected_old: str) -> None:
-        """Delete ``name`` only if it points at ``expected_old``; :class:`RefMoved` otherwise."""
-        actual = self.ref_target(name)
-        if actual != expected_old:
-            raise RefMoved(name, expected_old, actual)
-        # git update-ref compares under the ref lock; pygit2's delete cannot.
-        try:
-            run_git(self.path, ["update-ref", "-d", name, expected_old], action=f"deleting {name}")
-        except MirrorError:
-            raise RefMoved(name, expected_old, self.ref_target(name)) from None
-
     # --- the imported history ----------------------------------------------------------------
 
     def tip(self) -> str | None:
@@ -406,40 +317,14 @@ class Mirror:
 
     def files(self, commit: str) -> dict[str, str]:
         """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
-        with translated(f"reading the tree of {commit}"):
-            tree = self._repo[commit].peel(pygit2.Tree)
-            found: dict[str, str] = {}
-            _collect_files(tree, "", found)
-        return {decode_path(tree_path): blob for tree_path, blob in found.items()}
-
-    def read_blob(self, blob_id: str) -> bytes:
-        with translated(f"reading blob {blob_id}"):
-            blob = self._repo[blob_id]
-        if not isinstance(blob, pygit2.Blob):
-            raise MirrorError(f"{blob_id} is not a blob")
-        return blob.data
+        return {decode_path(tree_path): blob for tree_path, blob in self.tree_files(commit).items()}
 
     def history_writer(
-        self,
-        *,
-        batch_commits: int = DEFAULT_BATCH_COMMITS,
-        batch_bytes: int = DEFAULT_BATCH_BYTES,
-        compression: int = 1,
-        indexer: str = "python",
+        self, *, batch_commits: int = DEFAULT_BATCH_COMMITS, batch_bytes: int = DEFAULT_BATCH_BYTES
     ) -> HistoryWriter:
         """A :class:`HistoryWriter` continuing ``memstore/main``: one pack per ``batch_commits``
-        commits or ``batch_bytes`` of objects. ``compression`` (zlib level) and ``indexer``
-        (``"git"`` runs git index-pack) exist to measure those choices in the benchmark.
-        """
-        self._remove_stale_temporaries()
-        self.consolidate_packs()
-        return HistoryWriter(
-            self,
-            batch_commits=batch_commits,
-            batch_bytes=batch_bytes,
-            compression=compression,
-            indexer=indexer,
-        )
+        commits or ``batch_bytes`` of content."""
+        return HistoryWriter(self, batch_commits=batch_commits, batch_bytes=batch_bytes)
 
     def _path_map_at(self, tip: str | None) -> PathMap:
         if tip is None:
@@ -459,7 +344,7 @@ class Mirror:
         except (OSError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
-            since = pygit2.Oid(hex=cached_tip) if cached_tip and self._is_ancestor(cached_tip, tip) else None
+            since = pygit2.Oid(hex=cached_tip) if cached_tip and self.is_ancestor(cached_tip, tip) else None
             if since is None:
                 paths = PathMap()
             with translated("rebuilding the path map from history"):
@@ -489,14 +374,6 @@ class Mirror:
         self._save_path_map(tip, paths)
         self._path_map_cache = None
         self._content.record(previous, tip, content)
-
-    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        if ancestor == descendant:
-            return True
-        try:
-            return bool(self._repo.descendant_of(descendant, ancestor))
-        except (pygit2.GitError, KeyError, ValueError):
-            return False
 
     # --- the checkout and the metadata branch ----------------------------------------------------
 
@@ -535,85 +412,6 @@ class Mirror:
         """``(store document or None, {memory id: document})`` of the metadata branch."""
         return read_metadata(self, commit)
 
-    # --- maintenance -----------------------------------------------------------------------------
-
-    def _remove_stale_temporaries(self) -> None:
-        """Delete pack files a killed memsync left half-written (their process is gone)."""
-        for temporary in (self.objects_dir / "pack").glob("tmp_*_memsync_*"):
-            try:
-                pid = int(temporary.name.split("_")[3])
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                temporary.unlink(missing_ok=True)
-            except (ValueError, IndexError, PermissionError):
-                continue
-
-    def pack_count(self) -> int:
-        return len(list((self.objects_dir / "pack").glob("pack-*.pack")))
-
-    def add_pack(self, batch: PackBatch, *, indexer: str = "python") -> None:
-        """Write ``batch`` into the object store as a pack that the next lookup finds first.
-
-        libgit2 learns of a new pack only when a lookup has missed every pack it knows (a binary
-        search of each index, whose pages then stay mapped) and it rescans the directory. Moving
-        the ref after each batch of an import did exactly that: with 50 batch packs it kept 10 MiB
-        of indexes resident that nothing needed again. Releasing the object store
-        instead makes the next lookup list the directory afresh, newest pack first, unmapped.
-        """
-        batch.write(self.objects_dir, indexer=indexer)
-        self._repo.free()
-
-    @contextlib.contextmanager
-    def gathered(self, object_ids: Iterable[str]) -> Iterator[None]:
-        """Within the block these objects are also in one pack of their own, which lookups search first.
-
-        For a reader about to look up many objects spread over many packs, as a first checkout
-        reads every file of the tip: libgit2 searches the pack of its last hit, then every pack,
-        so 10,000 files over the 51 packs of a 100,000-version import touched every page of every
-        index (12.9 MiB of the import's peak). From one pack of just those objects it
-        reads one small index. The copy is made with plain reads (:func:`copy_objects`): `git
-        pack-objects` did it in a process that mapped those same indexes (30 MiB at 100,000
-        versions). The copies go after the block; a kill inside it leaves them, as duplicates
-        that change nothing, until a consolidation (git repack's: they share objects).
-        """
-        try:
-            pack = copy_objects(self.objects_dir / "pack", object_ids)
-        except NotPacked:  # some are loose (libgit2 writes those): lookups go as they would have
-            yield
-            return
-        self._repo.free()
-        try:
-            yield
-        finally:
-            self._repo.free()
-            delete_pack(pack)
-
-    def consolidate_packs(self, limit: int = PACK_LIMIT) -> bool:
-        """Merge packs (:mod:`memsync.mirror.packfiles`) when more than ``limit`` piled up; True if
-        it did. Which ones follows git's geometric rule: small packs go, large ones stay."""
-        pack_dir = self.objects_dir / "pack"
-        journal = self.state_dir / "pack-merge"
-        finish_merge(journal, pack_dir)  # one a kill interrupted
-        if self.pack_count() <= limit:
-            return False
-        found = (read_pack_file(pack) for pack in sorted(pack_dir.glob("pack-*.pack")))
-        chosen = packs_to_merge([pack for pack in found if pack is not None])
-        if not chosen:
-            return False
-        self._repo.free()  # nothing of the packs about to go stays mapped
-        try:
-            merge_packs(chosen, journal)
-        except SharedObjects:
-            # Concatenated, an object would be in the pack twice; git repack keeps one of each.
-            repack = [*_GIT_MAPPED_PACKS, "repack", "-a", "-d", "-q"]
-            run_git(self.path, repack, action="consolidating the mirror's packs")
-        self._reopen()
-        return True
-
-    def fsck(self) -> None:
-        """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
-        run_git(self.path, ["fsck", "--strict", "--no-progress"], action="git fsck of the mirror")
-
 
 def _replace_old_exclude_block(target: Path, current: str) -> str:
     """The list an earlier memsync wrote, replaced in place by today's (the user's lines stay put)."""
@@ -623,12 +421,3 @@ def _replace_old_exclude_block(target: Path, current: str) -> str:
             target.write_text(current, encoding="utf-8")
             break
     return current
-
-
-def _collect_files(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect_files(item, name + "/", found)
-        elif isinstance(item, pygit2.Blob):
-            found[name] = str(item.id)

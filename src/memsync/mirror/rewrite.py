@@ -44,12 +44,9 @@ import pygit2
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitbinary import run_git
 from memsync.mirror.history import FACTS_FILE, HistoryWriter, VersionRecord, apply_trailers
-from memsync.mirror.pack import PackBatch
 from memsync.mirror.paths import encode_path, quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
-from memsync.mirror.tree import MutableTree
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -446,8 +443,7 @@ def _derive(
         mirror.set_ref_if_equals(WORK_REF, parent, None, message="memsync: rewrite after a redaction")
     # The old history's path map, to recover what each commit's summary line was made from.
     known = mirror._path_map_at(parent).copy()
-    mapping: dict[str, str] = {}
-    writer = HistoryWriter(mirror, ref=WORK_REF)
+    writer = HistoryWriter(mirror, ref=WORK_REF, keep_ids=True)
     for old in history.commits[start:]:
         version = old.trailers.version_id
         replacement = replacements.get(version)
@@ -461,9 +457,11 @@ def _derive(
             record = _reconstructed(mirror, old, known.path_of(old.trailers.memory_id))
             if version in recontent and old.trailers.redacted and old.trailers.skipped is None:
                 record = replace(record, content=recontent[version])
-        mapping[old.id] = writer.add(record)
+        writer.add(record)
         apply_trailers(known, old.trailers)
     tip = writer.flush()
+    assert writer.written is not None
+    mapping = dict(zip((old.id for old in history.commits[start:]), writer.written, strict=True))
     return tip, mapping
 
 
@@ -558,27 +556,7 @@ class _Carrier:
         old_base = self._repo[parents[0]].peel(pygit2.Tree)
         new_base = self._repo[new_parents[0]].peel(pygit2.Tree)
         tree = self._carry_tree(commit.tree, old_base, new_base, where)
-        return self._write_commit(commit, tree, new_parents)
-
-    def _write_commit(self, commit: pygit2.Commit, tree: str, new_parents: list[str]) -> str:
-        """``commit`` with another tree and parents. Everything else stays byte for byte (author,
-        dates, encoding, message); a signature would no longer verify, so it goes."""
-        kind, raw = self._repo.odb.read(commit.id)
-        header, _, message = raw.partition(b"\n\n")
-        lines = [b"tree " + tree.encode()]
-        lines += [b"parent " + p.encode() for p in new_parents]
-        in_signature = False
-        for line in header.split(b"\n"):
-            if line.startswith((b"tree ", b"parent ")):
-                continue
-            if line.startswith(b"gpgsig"):
-                in_signature = True
-                continue
-            if in_signature and line.startswith(b" "):
-                continue
-            in_signature = False
-            lines.append(line)
-        return str(self._repo.odb.write(kind, b"\n".join(lines) + b"\n\n" + message))
+        return self._mirror.recommit(str(commit.id), tree, new_parents)
 
     def _scrub(self, commit: str, where: str) -> str:
         """A memsync record (a conflict's sides, say) without the redacted blobs it holds as they are.
@@ -590,21 +568,15 @@ class _Carrier:
         if not self._redacted:
             return commit
         found = self._repo[commit].peel(pygit2.Commit)
-        files: dict[str, str] = {}
-        _collect(found.tree, "", files)
+        files = self._mirror.tree_files(commit)
         exact = [path for path, blob in files.items() if blob in self._redacted]
         for path, blob in sorted(files.items()):
             if blob not in self._redacted and self._holds_redacted(blob):
                 self._kept.append(KeptContent(where, path, blob))
         if not exact:
             return commit
-        editable = MutableTree(self._repo, found.tree.id.raw)
-        for path in exact:
-            editable.remove(path.encode("utf-8", "surrogateescape").split(b"/"))
-        batch = PackBatch()
-        root = editable.write(batch)
-        batch.write(self._mirror.objects_dir)
-        new = self._write_commit(found, root.hex(), [str(p) for p in found.parent_ids])
+        root = self._mirror.edit_tree(str(found.tree.id), [(path, None) for path in exact])
+        new = self._mirror.recommit(commit, root, [str(p) for p in found.parent_ids])
         self.replaced[commit] = new
         return new
 
@@ -612,22 +584,14 @@ class _Carrier:
         changes = _tree_changes(old_base, new_base)
         if not changes:
             return str(tree.id)
-        editable = MutableTree(self._repo, tree.id.raw)
+        mine = self._mirror.tree_files(str(tree.id))
+        edits: list[tuple[str, str | None]] = []
         for path, (before, after) in _removals_first(changes):
-            parts = path.encode("utf-8", "surrogateescape").split(b"/")
-            mine = editable.get(parts)
-            mine_hex = mine.hex() if mine is not None else None
-            if mine_hex == before:
-                if after is None:
-                    editable.remove(parts)
-                else:
-                    editable.set(parts, bytes.fromhex(after))
-            elif mine_hex is not None and self._holds_redacted(mine_hex):
-                self._kept.append(KeptContent(where, path, mine_hex))
-        batch = PackBatch()
-        root = editable.write(batch)
-        batch.write(self._mirror.objects_dir)
-        return root.hex()
+            if mine.get(path) == before:
+                edits.append((path, after))
+            elif path in mine and self._holds_redacted(mine[path]):
+                self._kept.append(KeptContent(where, path, mine[path]))
+        return self._mirror.edit_tree(str(tree.id), edits)
 
     def _holds_redacted(self, blob: str) -> bool:
         if blob in self._redacted:
@@ -799,15 +763,6 @@ def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> dict[str, tuple[str | N
     return changes
 
 
-def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect(item, name + "/", found)
-        elif isinstance(item, pygit2.Blob):
-            found[name] = str(item.id)
-
-
 def _removals_first(
     changes: Mapping[str, tuple[str | None, str | None]],
 ) -> list[tuple[str, tuple[str | None, str | None]]]:
@@ -830,24 +785,9 @@ def _append_superseded(mirror: Mirror, mapping: Mapping[str, str]) -> None:
 
 def _prune(mirror: Mirror) -> None:
     """Expire reflogs (but keep the stash's, already rewritten) and prune what nothing reaches."""
-    # The stash lives in its reflog: every entry but the newest would be lost with it.
-    stash_log = mirror.git_dir / "logs" / STASH_REF
-    stash = stash_log.read_bytes() if stash_log.exists() else None
-    run_git(
-        mirror.path,
-        ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"],
-        action="expiring the mirror's reflogs",
-    )
-    if stash is not None:
-        tmp = stash_log.with_suffix(".memsync-tmp")
-        tmp.write_bytes(stash)
-        os.replace(tmp, stash_log)
     for name in CACHE_FILES:
         (mirror.state_dir / name).unlink(missing_ok=True)
-    run_git(mirror.path, ["gc", "--prune=now", "--quiet"], action="pruning the mirror's unreachable objects")
-    # gc replaced the pack files this process has open.
-    mirror._reopen()
-    mirror._path_map_cache = None
+    mirror.drop_unreachable(keep_reflog=STASH_REF)
 
 
 def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:

@@ -32,16 +32,14 @@ from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
+from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import open_repository
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathListener, PathMap
-from memsync.mirror.objects import BLOB, COMMIT, object_id
-from memsync.mirror.pack import PackBatch
-from memsync.mirror.packfiles import delete_pack
 from memsync.mirror.paths import decode_path, encode_path, quote_for_message
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, ImportedVersion, Mirror
 from memsync.mirror.trailers import parse_message
-from memsync.mirror.tree import MutableTree
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
@@ -248,16 +246,10 @@ def format_view_message(commit: ViewCommit) -> str:
     return "\n".join(lines) + "\n"
 
 
-class View:
+class View(GitStore):
     """The git repository of one awareness view. Open (or create) with :meth:`open`."""
 
     MAIN_REF = _MAIN_REF
-
-    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
-        self._repo = repo
-        self.path = path
-        self.git_dir = Path(repo.path)
-        self.state_dir = self.git_dir / "memsync"
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False) -> View:
@@ -301,9 +293,6 @@ class View:
             return False
         return True
 
-    def close(self) -> None:
-        self._repo.free()
-
     def __enter__(self) -> View:
         return self
 
@@ -345,22 +334,8 @@ class View:
 
     def files(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: blob id}`` of ``commit`` (default: ``main``); empty before the first commit."""
-        target = commit or self.tip()
-        if target is None:
-            return {}
-        found: dict[str, str] = {}
-        with translated(f"reading the tree of {target}"):
-            _collect(self._repo[target].peel(pygit2.Tree), "", found)
+        found = self.tree_files(commit or self.tip())
         return {decode_path(tree_path): blob for tree_path, blob in found.items()}
-
-    def is_ancestor(self, ancestor: str, commit: str) -> bool:
-        """Whether ``ancestor`` is ``commit`` or one of its ancestors."""
-        if ancestor == commit:
-            return True
-        try:
-            return bool(self._repo.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
-        except (pygit2.GitError, KeyError, ValueError):
-            return False
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
         """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write: their
@@ -412,10 +387,6 @@ class View:
         temporary = target.with_name(f".{_STATE_FILE}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8")
         os.replace(temporary, target)
-
-    def fsck(self) -> None:
-        """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
-        run_git(self.path, ["fsck", "--strict", "--no-progress"], action="git fsck of the awareness view")
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -486,125 +457,90 @@ class ViewWriter:
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
         self._view = view
-        self._repo = view._repo
         self._rebuild = rebuild
         self._expected = view.tip()
         start = None if rebuild else self._expected
-        self._parent: bytes | None = bytes.fromhex(start) if start else None
-        root = None
-        if start is not None:
-            with translated("reading the view's tip"):
-                root = self._repo[start].peel(pygit2.Commit).tree_id.raw
-        self._tree = MutableTree(self._repo, root)
+        self._tip = start  # the last commit of a finished batch
         self._paths = PathMap({path: path for path in view.files(start)} if start else None)
-        self._paths.listener = _Respeller(self._tree)
-        self._pack_dir = view.git_dir / "objects" / "pack"
-        self._old_packs = set(self._pack_dir.glob("pack-*.pack")) if rebuild else set()
-        self._new_packs: set[Path] = set()
-        self._batch = PackBatch()
-        self._pending = 0
-        self._blobs: set[bytes] = set()  # blobs this writer packed (a rebuild keeps none of the old)
+        self._changes: list[Change] = []
+        self._paths.listener = _Respeller(self._changes)
+        self._stream: FastImport | None = None
+        self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
         self.commits = 0
-
-    @property
-    def tip(self) -> str | None:
-        return self._parent.hex() if self._parent else None
 
     def add(
         self, visible: Mapping[str, tuple[str, Callable[[str], bytes]] | None], commit: ViewCommit
-    ) -> str:
+    ) -> None:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
         (``read(blob_id)`` gives its bytes, from the store's mirror), or None where it left the view."""
-        with translated("writing the awareness view"):
-            for path, target in visible.items():
-                if target is None:
-                    if self._paths.owner(path) is not None:
-                        self._paths.remove(path)
-                    continue
-                blob_id, read = target
-                oid = bytes.fromhex(blob_id)
-                self._ensure_blob(oid, blob_id, read)
-                if self._paths.owner(path) is None:
-                    self._paths.add(path, path)
-                self._tree.set(_components(path, self._paths.is_directory(path)), oid)
-            tree = self._tree.write(self._batch)
-            lines = [b"tree " + tree.hex().encode()]
-            if self._parent is not None:
-                lines.append(b"parent " + self._parent.hex().encode())
-            lines.append(b"author " + commit.author.line())
-            lines.append(b"committer " + commit.committer.line())
-            body = b"\n".join(lines) + b"\n\n" + format_view_message(commit).encode("utf-8")
-            oid = object_id(COMMIT, body)
-            self._batch.add(COMMIT, body, oid)
-        self._parent = oid
-        self._pending += 1
+        if self._stream is None:
+            self._stream = self._view.fast_import()
+        stream = self._stream
+        self._changes.clear()
+        for path, target in visible.items():
+            if target is None:
+                if self._paths.owner(path) is not None:
+                    self._paths.remove(path)
+                continue
+            blob_id, read = target
+            self._ensure_blob(stream, blob_id, read)
+            if self._paths.owner(path) is None:
+                self._paths.add(path, path)
+            self._changes.append(
+                Put(encode_path(path, directory_sibling=self._paths.is_directory(path)), blob_id)
+            )
+        stream.commit(
+            parent=self._tip,
+            author=commit.author.line(),
+            committer=commit.committer.line(),
+            message=format_view_message(commit).encode("utf-8"),
+            changes=self._changes,
+        )
         self.commits += 1
-        if self._pending >= _BATCH_COMMITS or self._batch.size >= _BATCH_BYTES:
+        if stream.commits >= _BATCH_COMMITS or stream.bytes_written >= _BATCH_BYTES:
             self._write_batch()
-        return oid.hex()
 
     def finish(self) -> str | None:
         """Write what is pending, check the new tip out, move ``main`` (compare-and-swap); the tip."""
         self._write_batch()
-        tip = self.tip
+        tip = self._tip
         if tip != self._expected:
             self._view._checkout(tip, self._expected)
         if self._rebuild:
-            self._repo.free()
-            for pack in sorted(self._old_packs - self._new_packs):
-                delete_pack(pack)
+            # The replaced history (and content a rewritten store no longer holds) leaves the view.
+            self._view.drop_unreachable()
         return tip
 
     def _write_batch(self) -> None:
-        if self._pending == 0 and len(self._batch) == 0:
+        stream, self._stream = self._stream, None
+        if stream is None:
             return
-        written = self._batch.write(self._view.git_dir / "objects")
-        if written is not None:
-            self._new_packs.add(written)
-        # libgit2 finds a new pack only after a lookup has missed every pack it knows: let it look afresh.
-        self._repo.free()
-        self._batch = PackBatch()
-        self._pending = 0
+        ids = stream.finish()
+        if stream.commits:
+            self._tip = ids[stream.commits]
 
-    def _ensure_blob(self, oid: bytes, blob_id: str, read: Callable[[str], bytes]) -> None:
-        if oid in self._blobs or oid in self._batch:
+    def _ensure_blob(self, stream: FastImport, blob_id: str, read: Callable[[str], bytes]) -> None:
+        if blob_id in self._blobs:
             return
-        if not self._rebuild and self._repo.odb.exists(blob_id):
+        if not self._rebuild and self._view.has_object(blob_id):
             return
-        data = read(blob_id)
-        if object_id(BLOB, data) != oid:
+        if stream.blob(read(blob_id)) != blob_id:
             raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
-        self._batch.add(BLOB, data, oid)
-        self._blobs.add(oid)
+        self._blobs.add(blob_id)
 
 
 class _Respeller(PathListener):
     """Keeps the tree's spelling in step with the path set (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
 
-    def __init__(self, tree: MutableTree) -> None:
-        self._tree = tree
+    def __init__(self, changes: list[Change]) -> None:
+        self._changes = changes
 
     def file_removed(self, path: str, suffixed: bool) -> None:
-        self._tree.remove(_components(path, suffixed))
+        self._changes.append(Remove(encode_path(path, directory_sibling=suffixed)))
 
     def file_relocated(self, path: str, suffixed: bool) -> None:
-        oid = self._tree.remove(_components(path, not suffixed))
-        if oid is None:
-            raise MirrorError(f"the view's tree lacks the file of {quote_for_message(path)}")
-        self._tree.set(_components(path, suffixed), oid)
-
-
-def _components(path: str, suffixed: bool) -> tuple[bytes, ...]:
-    return tuple(part.encode() for part in encode_path(path, directory_sibling=suffixed).split("/"))
-
-
-def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect(item, name + "/", found)
-        elif isinstance(item, pygit2.Blob):
-            found[name] = str(item.id)
+        old = encode_path(path, directory_sibling=not suffixed)
+        self._changes.append(Move(old, encode_path(path, directory_sibling=suffixed)))
 
 
 def view_trailers(message: str) -> dict[str, list[str]]:

@@ -700,7 +700,7 @@ class _Importer:
         self, writer: HistoryWriter, version: MemoryVersion, content: str | None, *, skipped: bool = False
     ) -> None:
         record = _record(version, content, skipped=skipped)
-        if writer.tip is None and self.truncation is not None and self.truncation.count:
+        if not writer.started and self.truncation is not None and self.truncation.count:
             record = replace(record, history_truncated=self.truncation.count)
         writer.add(record)
         self.changed = True

@@ -1,0 +1,215 @@
+"""Writing objects into a mirror through ``git fast-import``: git encodes every blob, tree and commit.
+
+One :class:`FastImport` is one ``git fast-import`` process, fed one batch of blobs and commits and then
+finished, which leaves exactly one new pack (git-filter-repo drives fast-import the same way). A
+process per batch keeps fast-import's memory to one batch's objects, and ends each batch with its pack
+complete on disk: the caller moves its own ref by compare-and-swap only after :meth:`FastImport.finish`.
+
+fast-import always commits onto a branch, so the commits go onto a scratch ref, ``refs/memsync/importing``,
+which the stream itself deletes at its end. A writer killed before then leaves the ref (the next one
+starts by deleting it) and at worst a pack of unreachable objects, which ``git gc`` drops: never a
+change to any ref memsync reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pygit2
+
+from memsync.errors import MirrorError
+from memsync.mirror.gitbinary import _NO_HOOKS, git_environment, require_git
+
+SCRATCH_REF = "refs/memsync/importing"
+MODE_FILE = "100644"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """An author or committer line: name, email and whole seconds since the epoch, always UTC."""
+
+    name: str
+    email: str
+    seconds: int
+
+    def line(self) -> bytes:
+        return f"{self.name} <{self.email}> {self.seconds} +0000".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write ``blob`` (a hex id the stream or the repository already holds) at ``path``."""
+
+    path: str
+    blob: str
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Remove the file (or folder) at ``path``; folders left empty go with it."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move the file at ``source`` to ``target``."""
+
+    source: str
+    target: str
+
+
+Change = Put | Remove | Move
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives a blob of ``data`` (libgit2 computes it)."""
+    return str(pygit2.hash(data))
+
+
+def _quoted(path: str) -> bytes:
+    # fast-import reads a path in C quotes, so any path (spaces, a leading quote) is unambiguous.
+    raw = path.encode("utf-8", "surrogateescape")
+    return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
+
+
+class FastImport:
+    """One ``git fast-import`` process writing a batch of objects into the repository at ``git_dir``.
+
+    :meth:`blob` and :meth:`commit` stream objects; :meth:`finish` ends the process and returns the
+    commit ids by mark (1, 2, ... in the order of :meth:`commit`). :meth:`abort` (or leaving a
+    ``with`` block by an exception) ends it with nothing but unreachable objects written.
+    """
+
+    def __init__(self, git_dir: Path, marks_file: Path) -> None:
+        require_git()
+        self._marks_file = marks_file
+        marks_file.unlink(missing_ok=True)
+        self._process = subprocess.Popen(
+            [
+                "git",
+                *_NO_HOOKS,
+                # Always a pack, however small the batch: git would leave a batch of under 100
+                # objects loose, and a daemon's small pulls would pile up loose files.
+                "-c",
+                "fastimport.unpackLimit=0",
+                f"--git-dir={git_dir}",
+                "fast-import",
+                "--quiet",
+                "--done",
+                "--force",
+                "--date-format=raw",
+                f"--export-marks={marks_file}",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=git_environment(),
+        )
+        assert self._process.stdin is not None
+        self._stdin: IO[bytes] = self._process.stdin
+        self._marks = 0
+        self.bytes_written = 0
+        # The scratch branch starts empty: a root commit must not inherit a killed writer's tip.
+        self._send(b"reset " + SCRATCH_REF.encode() + b"\n")
+
+    def blob(self, data: bytes) -> str:
+        """Stream a blob; its id."""
+        self._send(b"blob\ndata %d\n" % len(data), data, b"\n")
+        self.bytes_written += len(data)
+        return blob_id(data)
+
+    def commit(
+        self,
+        *,
+        parent: str | None,
+        author: bytes,
+        committer: bytes,
+        message: bytes,
+        changes: Iterable[Change],
+    ) -> int:
+        """Stream a commit of ``changes`` on top of the previous commit of this stream (the first on
+        ``parent``, or a root commit); its mark, for :meth:`finish`'s ids. ``author`` and
+        ``committer`` are ident lines as git writes them (``Name <email> seconds +hhmm``)."""
+        self._marks += 1
+        head = [
+            b"commit " + SCRATCH_REF.encode(),
+            b"mark :%d" % self._marks,
+            b"author " + author,
+            b"committer " + committer,
+            b"data %d" % len(message),
+        ]
+        lines = [b"\n".join(head) + b"\n" + message + b"\n"]
+        if parent is not None and self._marks == 1:
+            lines.append(b"from " + parent.encode() + b"\n")
+        for change in changes:
+            if isinstance(change, Put):
+                lines.append(
+                    b"M "
+                    + MODE_FILE.encode()
+                    + b" "
+                    + change.blob.encode()
+                    + b" "
+                    + _quoted(change.path)
+                    + b"\n"
+                )
+            elif isinstance(change, Remove):
+                lines.append(b"D " + _quoted(change.path) + b"\n")
+            else:
+                lines.append(b"R " + _quoted(change.source) + b" " + _quoted(change.target) + b"\n")
+        lines.append(b"\n")
+        self._send(*lines)
+        self.bytes_written += len(message)
+        return self._marks
+
+    @property
+    def commits(self) -> int:
+        return self._marks
+
+    def finish(self) -> dict[int, str]:
+        """End the stream (the scratch ref deleted) and wait for the pack; commit ids by mark."""
+        self._send(b"reset " + SCRATCH_REF.encode() + b"\ndone\n")
+        self._close()
+        with contextlib.suppress(FileNotFoundError):
+            text = self._marks_file.read_text(encoding="ascii")
+            self._marks_file.unlink()
+            return {int(mark[1:]): oid for mark, oid in (line.split() for line in text.splitlines())}
+        return {}
+
+    def abort(self) -> None:
+        """End the stream, keeping nothing reachable: the scratch ref is deleted, no ref moved."""
+        if self._process.returncode is not None:
+            return
+        with contextlib.suppress(MirrorError):
+            self._send(b"reset " + SCRATCH_REF.encode() + b"\ndone\n")
+            self._close()
+        self._marks_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> FastImport:
+        return self
+
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        if kind is not None:
+            self.abort()
+
+    def _send(self, *chunks: bytes) -> None:
+        try:
+            for chunk in chunks:
+                self._stdin.write(chunk)
+        except (BrokenPipeError, ValueError):
+            self._close()  # raises with git's own words
+            raise MirrorError("git fast-import stopped reading its input") from None
+
+    def _close(self) -> None:
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self._stdin.close()
+        assert self._process.stderr is not None
+        errors = self._process.stderr.read().decode("utf-8", "replace").strip()
+        if self._process.wait() != 0:
+            detail = " / ".join(errors.splitlines()[-3:]) or f"exit status {self._process.returncode}"
+            raise MirrorError(f"git fast-import failed writing the mirror's objects: {detail}")
