@@ -12,7 +12,6 @@ editor temporaries and the same ignore rules as the push's scan, matched by git'
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -20,14 +19,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memsync.errors import MemsyncError
-from memsync.mirror import Mirror, encode_paths, is_ignored
+from memsync.mirror import Mirror, blob_id, encode_paths, is_ignored
 
 log = logging.getLogger("memsync.daemon.watch")
 
 _SYMLINK = "symlink"  # a pseudo blob id: never equal to a base blob, so a symlink is reported once
 
 
-def blob_id(path: Path) -> str | None:
+def file_blob_id(path: Path) -> str | None:
     """The git blob id of the file at ``path`` (None if absent or a directory), without following links."""
     try:
         info = os.lstat(path)
@@ -37,15 +36,11 @@ def blob_id(path: Path) -> str | None:
         return _SYMLINK
     if not stat.S_ISREG(info.st_mode):
         return None
-    digest = hashlib.sha1(usedforsecurity=False)
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            return blob_id(handle.read())
     except FileNotFoundError:
         return None
-    digest.update(b"blob %d\0" % len(data))
-    digest.update(data)
-    return digest.hexdigest()
 
 
 class CheckoutBaseline:
@@ -74,7 +69,7 @@ class CheckoutBaseline:
             return wanted
         candidates: dict[str, str | None] = {}
         for tree_path in wanted:
-            current = blob_id(self.checkout / tree_path)
+            current = file_blob_id(self.checkout / tree_path)
             if current is None and os.path.isdir(self.checkout / tree_path):
                 # A directory appearing is its files appearing: they have their own events.
                 continue

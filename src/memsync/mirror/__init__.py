@@ -23,6 +23,7 @@ from memsync.mirror.conflicts import (
     whole_file_markers,
 )
 from memsync.mirror.errors import FormatError, PathEncodingError, RefMoved
+from memsync.mirror.fastimport import blob_id
 from memsync.mirror.gitbinary import MIN_GIT_VERSION, require_git
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
@@ -68,7 +69,6 @@ from memsync.mirror.snapshots import (
     BlobHashes,
     SnapshotEntry,
     base_commit,
-    blob_id,
     build_tree,
     commit_snapshot,
     keep_base_ids,

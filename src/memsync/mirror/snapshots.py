@@ -324,11 +324,3 @@ def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
         note_contents(mirror.state_dir / "content-index", {sha: blob})
     hashes.learn(blob, sha)
     return blob
-
-
-def blob_id(data: bytes) -> str:
-    """git's blob id of ``data``, computed without writing anything."""
-    digest = hashlib.sha1(usedforsecurity=False)
-    digest.update(b"blob %d\0" % len(data))
-    digest.update(data)
-    return digest.hexdigest()

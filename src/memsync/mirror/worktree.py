@@ -37,6 +37,7 @@ from pygit2.enums import RepositoryState
 
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError, translated
+from memsync.mirror.fastimport import blob_id
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.spellings import decoded, encoded, spell_all
@@ -371,10 +372,7 @@ def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
 
 
 def _hashes(data: bytes) -> tuple[str, str]:
-    blob = hashlib.sha1(usedforsecurity=False)
-    blob.update(b"blob %d\0" % len(data))
-    blob.update(data)
-    return hashlib.sha256(data).hexdigest(), blob.hexdigest()
+    return hashlib.sha256(data).hexdigest(), blob_id(data)
 
 
 # --- reading and checking single files -----------------------------------------------------------
