@@ -1,4 +1,4 @@
-"""The memsync command line as a user runs it: subprocesses, real server, exit codes of design.md §4."""
+"""The memsync command line as a user runs it: subprocesses, real server, exit codes of docs/design.md §4."""
 
 from __future__ import annotations
 

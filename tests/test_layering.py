@@ -1,4 +1,4 @@
-"""The package layering of design.md §3, enforced on the import statements of every module.
+"""The package layering of docs/design.md §3, enforced on the import statements of every module.
 
 An import that breaks a rule below fails this test with the module, the line and the rule.
 """

@@ -1,4 +1,4 @@
-"""memsync.rules at every edge of api.md §2-§4, with Hypothesis for the byte-counting rules."""
+"""memsync.rules at every edge of docs/api-contract.md §2-§4, with Hypothesis for the byte-counting rules."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def test_memory_metadata_limits(dialect: Dialect) -> None:
 
 
 def test_metadata_value_limit_counts_characters() -> None:
-    # api.md gives key and value limits in characters (unlike paths and content).
+    # docs/api-contract.md §2 gives key and value limits in characters (unlike paths and content).
     rules.check_memory_metadata({"k": "€" * 512}, Dialect.FORWARD)
 
 

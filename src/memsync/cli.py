@@ -19,7 +19,7 @@ from memsync.errors import EXIT_USAGE, MemsyncError, UsageError, UserError
 
 
 def _hoist_config(argv: list[str]) -> tuple[list[str], str | None]:
-    """Pull ``--config FILE`` / ``--config=FILE`` out of argv wherever it stands (design.md §4)."""
+    """Pull ``--config FILE`` / ``--config=FILE`` out of argv wherever it stands (docs/design.md §4)."""
     rest: list[str] = []
     config: str | None = None
     index = 0

@@ -1,6 +1,6 @@
 """The TOML configuration, validated with pydantic, and the token it points at.
 
-Where the file is (design.md §4): ``--config FILE`` on the command line, else ``$MEMSYNC_CONFIG``, else
+Where the file is (docs/design.md §4): ``--config FILE`` on the command line, else ``$MEMSYNC_CONFIG``, else
 ``memsync.toml`` in the platform's config folder. Every key is documented in ``config.example.toml``.
 Errors name the key and the fix; the token itself never appears in one.
 """

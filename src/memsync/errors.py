@@ -1,7 +1,7 @@
 """The one exception tree of memsync, and the exit codes it maps to.
 
 Every error memsync raises on purpose derives from :class:`MemsyncError` and carries the exit code
-that ``memsync`` exits with when it reaches the command line (design.md §4)::
+that ``memsync`` exits with when it reaches the command line (docs/design.md §4)::
 
     MemsyncError                   1  root: something memsync could not do
     ├── UserError                  1  printed as one actionable line, no traceback
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# Exit codes, in the order of precedence of design.md §4: when several apply, the first wins.
+# Exit codes, in the order of precedence of docs/design.md §4: when several apply, the first wins.
 EXIT_USAGE = 2
 EXIT_AUTH = 3
 EXIT_LOCKED = 75
@@ -54,7 +54,7 @@ _PRECEDENCE = (
 
 
 def combine_exit_codes(codes: Iterable[int]) -> int:
-    """The exit code for a run whose parts ended with ``codes`` (design.md §4 precedence)."""
+    """The exit code for a run whose parts ended with ``codes`` (docs/design.md §4 precedence)."""
     seen = set(codes)
     for code in _PRECEDENCE:
         if code in seen:
@@ -93,7 +93,8 @@ class EnvironmentProblem(UserError):
 
 
 class RuleViolation(UserError):
-    """A value breaks a rule of api.md §2-§4. ``field`` names the value, ``rule`` the rule broken."""
+    """A value breaks a rule of docs/api-contract.md §2-§4. ``field`` names the value, ``rule`` the
+    rule broken."""
 
     def __init__(self, field: str, rule: str, message: str) -> None:
         super().__init__(f"{field}: {message}")

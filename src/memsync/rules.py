@@ -1,4 +1,4 @@
-"""Pure validation of memory paths, contents and metadata, per dialect (api.md §2-§4).
+"""Pure validation of memory paths, contents and metadata, per dialect (docs/api-contract.md §2-§4).
 
 Shared by the reference server (which answers 400 naming ``field``) and the client side (which
 refuses to push a file that the store would refuse). Sizes are counted in bytes of UTF-8, never in

@@ -209,7 +209,7 @@ def test_paths_that_break_the_dialect_rules_are_refused(wire: Wire, path: str) -
 
 
 def test_a_git_segment_is_a_legal_path_and_left_to_the_mirror_to_encode() -> None:
-    # rules.py allows it on every dialect, and design.md §2 promises it maps losslessly.
+    # rules.py allows it on every dialect, and docs/design.md §2 promises it maps losslessly.
     assert FORWARD.version(forward_version("memver_1", path=".git/config")).path == ".git/config"
     assert ANTHROPIC.version(anthropic_version(path="/.git/config")).path == ".git/config"
 

@@ -1,4 +1,4 @@
-"""Redaction propagates (design.md §2): a full scan rewrites the mirror, against the real server."""
+"""Redaction propagates (docs/design.md §2): a full scan rewrites the mirror, against the real server."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 The world is pure Python: a store that enforces the API's preconditions (409 as :class:`Refused`), a
 checkout of byte files, a base, recorded conflicts, and a toy executor that carries out a
-:class:`~memsync.engine.reconcile.Plan` the way design.md says the real one does (re-plan after a
-409, move the base only at the end). The state machine mixes local edits, remote edits, syncs (some
-with a remote write racing the push) and conflict resolutions, and checks the issue's invariant:
+:class:`~memsync.engine.reconcile.Plan` the way docs/design.md §3 says the real one does (re-plan after
+a 409, move the base only at the end). The state machine mixes local edits, remote edits, syncs (some
+with a remote write racing the push) and conflict resolutions, and checks the invariant of
+docs/design.md §2 ("Nothing is lost"):
 
 * every local edit is in the store, or in a recorded conflict, or still on disk and reported —
   its content stays recoverable;

@@ -2,7 +2,7 @@
 
 Each :class:`Hostility` turns an honest :class:`StandIn` hostile. :func:`pull_against` runs the
 whole trial: an honest first pull makes the mirror, the hostility is injected, a second pull meets
-it, and every promise of design.md §2 and §6 is checked on what is left: a clear refusal, a
+it, and every promise of docs/design.md §2 and §6 is checked on what is left: a clear refusal, a
 non-zero exit, nothing written outside the store's repository, no hostile path or content in the
 working tree or the git objects, the git directory's own files untouched, and an end within
 :data:`QUICK_S`. The soak runs the same trials.
@@ -35,7 +35,7 @@ HONEST = {"notes/honest.md": "honest\n", "notes/second.md": "second honest\n"}
 QUICK_S = 30.0
 TEN_MB = 10 * 1024 * 1024
 HOOK = "#!/bin/sh\ntouch hook-ran\n"
-# A legal path that merely looks dangerous is a memory like any other (design.md §2): stored under its
+# A legal path that merely looks dangerous is a memory like any other (docs/design.md §2): stored under its
 # escaped spelling (docs/mirror.md), never inside the real .git.
 HOOK_STORED = (("%2Egit/hooks/post-checkout", HOOK.encode()),)
 

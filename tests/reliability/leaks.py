@@ -1,4 +1,4 @@
-"""Where a token could leak, and the search for it afterwards (design.md §6).
+"""Where a token could leak, and the search for it afterwards (docs/design.md §6).
 
 Each :class:`SecretRun` is one ``memsync pull`` (or ``push``, ``backup``: :data:`COMMAND_SCENARIOS`)
 with a distinctive token, every logger at DEBUG, in a directory of its own: against the real server
@@ -35,7 +35,7 @@ from tests.reliability.harness import (
 from tests.reliability.loopback import LoopbackServer, Reply, Request
 
 DIALECTS = ("forward", "cloud", "anthropic")
-# Each way a pull can end, and the exit code it must end with (design.md §4).
+# Each way a pull can end, and the exit code it must end with (docs/design.md §4).
 SCENARIOS = {
     "success": 0,
     "wrong-token": 3,

@@ -37,7 +37,7 @@ def sha(content: str) -> str:
 
 
 def message(error: Any) -> str:
-    """The server's own message (api.md §5 envelope), not the SDK's "Error code: ..." prefix."""
+    """The server's own message (docs/api-contract.md §5 envelope), not the SDK's "Error code: ..." prefix."""
     assert isinstance(error.body, dict), error.body
     text = error.body["error"]["message"]
     assert isinstance(text, str) and text
@@ -73,7 +73,7 @@ def conflict(call: Callable[[], object]) -> ConflictError:
 
 def works_or_refused(call: Callable[[], T], *names: str) -> T | None:
     """A parameter the server implements (the answer, for the caller to check its effect) or refuses
-    with a 400 naming it (None). api.md §6: never accepted and silently dropped."""
+    with a 400 naming it (None). docs/api-contract.md §6: never accepted and silently dropped."""
     try:
         return call()
     except BadRequestError as error:
@@ -130,7 +130,7 @@ def check_memory_fields(memory: Any, content: str | None) -> None:
 
 def check_version_fields(version: Any, *, listed: bool) -> None:
     """The fields a Forward and a Cloud version share; sizes and hashes stay on tombstones and
-    redacted versions (api.md §2, §6). List items carry no content key."""
+    redacted versions (docs/api-contract.md §2, §6). List items carry no content key."""
     check_id(version.id, "memver")
     assert version.type == "memory_version"
     check_id(version.memory_store_id, "memstore")

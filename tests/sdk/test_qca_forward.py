@@ -1,4 +1,4 @@
-"""Qoder Forward (api.md §2) through the official SDK, unmodified: every memory-store call of
+"""Qoder Forward (docs/api-contract.md §2) through the official SDK, unmodified: every memory-store call of
 ``qca.forward.Forward`` and every parameter it exposes, against the reference server."""
 
 from __future__ import annotations
@@ -190,11 +190,12 @@ def test_archive_and_delete_store(forward: Forward) -> None:
     conflict(lambda: memories.create(store.id, path="late.md", content="late"))
     conflict(lambda: memories.update(memory.id, memory_store_id=store.id, content="late"))
     conflict(lambda: memories.delete(memory.id, memory_store_id=store.id))
-    # Reads and redaction still work on an archived store (api.md §2).
+    # Reads and redaction still work on an archived store (docs/api-contract.md §2).
     assert memories.retrieve(memory.id, memory_store_id=store.id).content == "kept"
     (version,) = stores.memory_versions.list(store.id)
     assert stores.memory_versions.redact(version.id, memory_store_id=store.id).redacted is True
-    conflict(lambda: stores.delete(store.id))  # api.md §6: deleting an archived Forward store is a 409
+    # docs/api-contract.md §6: deleting an archived Forward store is a 409.
+    conflict(lambda: stores.delete(store.id))
     assert stores.retrieve(store.id).status == "archived"
 
     doomed = new_store(forward)
@@ -428,8 +429,8 @@ def test_at_most_ten_explicit_mounts(forward: Forward) -> None:
 
 
 def test_unknown_parameters_fields_and_headers_are_refused(forward: Forward) -> None:
-    """api.md §6: a parameter, field or header the server does not know is a 400 naming it, never
-    silently dropped. Cloud and Anthropic spellings are unknown to Forward."""
+    """docs/api-contract.md §6: a parameter, field or header the server does not know is a 400 naming
+    it, never silently dropped. Cloud and Anthropic spellings are unknown to Forward."""
     stores, memories = forward.memory_stores, forward.memory_stores.memories
     store = new_store(forward)
     memory = memories.create(store.id, path="a.md", content="a")

@@ -1,12 +1,12 @@
-"""Qoder Cloud (api.md §3) through the official SDK, unmodified: every memory-store call of
+"""Qoder Cloud (docs/api-contract.md §3) through the official SDK, unmodified: every memory-store call of
 ``qca.managed.Managed`` and every parameter it exposes, against the reference server.
 
 The SDK is shaped like Anthropic's (``view``, ``depth``, actor filters, ``precondition``), the server
-like seed 002. Where api.md and the issue fix a behaviour (``page``/``next_page`` paging, the delete
+like seed 002. Where docs/api-contract.md fixes a behaviour (``page``/``next_page`` paging, the delete
 precondition, ``operation=modified`` as ``updated``, ``memory_version_id``, ``created_by`` and
-``redacted_by``), the tests require it. For the other parameters the SDK offers, api.md §6 allows two
-answers: the server implements the parameter (the test checks its effect) or refuses it with a 400
-naming it; accepting it and ignoring it fails.
+``redacted_by``), the tests require it. For the other parameters the SDK offers, docs/api-contract.md
+§6 allows two answers: the server implements the parameter (the test checks its effect) or refuses it
+with a 400 naming it; accepting it and ignoring it fails.
 """
 
 from __future__ import annotations
@@ -150,8 +150,8 @@ def test_archive_and_delete_store(managed: Managed) -> None:
 
 
 def test_store_list_pages_by_next_page(managed: Managed) -> None:
-    """The SDK pages Cloud lists with ``page`` and the answer's ``next_page`` (api.md §3): iterating
-    must reach every store, not stop after the first page."""
+    """The SDK pages Cloud lists with ``page`` and the answer's ``next_page`` (docs/api-contract.md §3):
+    iterating must reach every store, not stop after the first page."""
     stores = managed.memory_stores
     made = [new_store(managed).id for _ in range(3)]
     listed = ids(stores.list(limit=2))
@@ -242,7 +242,7 @@ def test_memory_lifecycle_and_preconditions(managed: Managed) -> None:
     assert renamed_meta.metadata == {"k": "v"}, "metadata replaces the whole map"
     same_path = memories.update(created.id, memory_store_id=store.id, content="five", path="notes/a.md")
     assert same_path.path == "notes/a.md" and same_path.content == "five"
-    # A move is delete + create on Forward and Cloud (api.md §2), so another path is refused.
+    # A move is delete + create on Forward and Cloud (docs/api-contract.md §2), so another path is refused.
     refused(
         lambda: memories.update(created.id, memory_store_id=store.id, content="x", path="moved.md"), "path"
     )
@@ -253,8 +253,8 @@ def test_memory_lifecycle_and_preconditions(managed: Managed) -> None:
 
 
 def test_memory_update_without_content(managed: Managed) -> None:
-    """The SDK makes ``content`` optional on update (a metadata-only update). api.md §2 requires it;
-    a server that takes the update keeps the content and changes the metadata alone."""
+    """The SDK makes ``content`` optional on update (a metadata-only update). docs/api-contract.md §2
+    requires it; a server that takes the update keeps the content and changes the metadata alone."""
     memories = managed.memory_stores.memories
     store = new_store(managed)
     memory = memories.create(store.id, path="meta.md", content="body", metadata={"a": "1"})
@@ -270,7 +270,7 @@ def test_memory_update_without_content(managed: Managed) -> None:
 
 
 def test_memory_delete_with_expected_hash(managed: Managed) -> None:
-    """api.md §3: delete takes ``expected_content_sha256``; a mismatch is a 409 and nothing is
+    """docs/api-contract.md §3: delete takes ``expected_content_sha256``; a mismatch is a 409 and nothing is
     deleted. A value that is no SHA-256 digest cannot match: a 409, or a 400 naming it, and nothing
     deleted either way."""
     memories, versions = managed.memory_stores.memories, managed.memory_stores.memory_versions
@@ -360,7 +360,7 @@ def test_memory_view(managed: Managed) -> None:
 
 def test_memory_list_depth(managed: Managed) -> None:
     """``depth=1`` lists direct children and rolls deeper paths up into ``memory_prefix`` items
-    (api.md §4's meaning, in Cloud's relative spelling: ``dir/``)."""
+    (docs/api-contract.md §4's meaning, in Cloud's relative spelling: ``dir/``)."""
     memories = managed.memory_stores.memories
     store = new_store(managed)
     for path in ("top.md", "dir/a.md", "dir/sub/b.md"):
@@ -612,7 +612,7 @@ def test_betas(managed: Managed) -> None:
 
 
 def test_unknown_parameters_fields_and_headers_are_refused(managed: Managed) -> None:
-    """api.md §6: a parameter, field or header the server does not know is a 400 naming it."""
+    """docs/api-contract.md §6: a parameter, field or header the server does not know is a 400 naming it."""
     stores, memories = managed.memory_stores, managed.memory_stores.memories
     store = new_store(managed)
     memory = memories.create(store.id, path="a.md", content="a")

@@ -25,7 +25,8 @@ def ok(response: httpx.Response, status: int = 200) -> Any:
 def expect_error(
     response: httpx.Response, status: int, error_type: str | None = None, field: str | None = None
 ) -> dict[str, Any]:
-    """The answer is api.md §5's envelope with this status (and type, and a message naming field)."""
+    """The answer is the error envelope of docs/api-contract.md §5 with this status (and type, and a
+    message naming field)."""
     assert response.status_code == status, f"expected {status}, got {response.status_code}: {response.text}"
     body = response.json()
     assert set(body) == {"type", "error", "request_id"}, body

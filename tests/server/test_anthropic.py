@@ -1,4 +1,5 @@
-"""The Anthropic dialect (api.md §4): the official SDK unmodified, and raw HTTP for the finer rules."""
+"""The Anthropic dialect (docs/api-contract.md §4): the official SDK unmodified, and raw HTTP for the
+finer rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Cloud dialect (api.md §3, seeds 002 and 004) over real HTTP against the reference server."""
+"""The Cloud dialect (docs/api-contract.md §3, seeds 002 and 004) over real HTTP against the reference
+server."""
 
 from __future__ import annotations
 

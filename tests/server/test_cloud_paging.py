@@ -1,4 +1,5 @@
-"""Cloud listings page by ``next_page`` as the Cloud SDK (qca.managed) does, and by id (api.md §3)."""
+"""Cloud listings page by ``next_page`` as the Cloud SDK (qca.managed) does, and by id
+(docs/api-contract.md §3)."""
 
 from __future__ import annotations
 

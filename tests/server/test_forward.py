@@ -1,4 +1,5 @@
-"""The Forward dialect (api.md §2, seeds 000 and 003) over real HTTP against the reference server."""
+"""The Forward dialect (docs/api-contract.md §2, seeds 000 and 003) over real HTTP against the reference
+server."""
 
 from __future__ import annotations
 
@@ -370,8 +371,8 @@ def test_create_with_mount_is_one_step(forward: httpx.Client) -> None:
 
 
 def test_forward_delete_takes_no_precondition(forward: httpx.Client) -> None:
-    """api.md §2: qca's Forward delete sends no expected_content_sha256, and the server refuses one
-    rather than deleting regardless of it."""
+    """docs/api-contract.md §2: qca's Forward delete sends no expected_content_sha256, and the server
+    refuses one rather than deleting regardless of it."""
     sid = forward_store(forward)["id"]
     mid = ok(forward.post(f"/memory_stores/{sid}/memories", json={"path": "p", "content": "c"}))["id"]
     url = f"/memory_stores/{sid}/memories/{mid}"

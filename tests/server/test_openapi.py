@@ -51,7 +51,7 @@ EXPECTED = (
 
 # Anthropic allows archiving an archived store and deleting an archived store: no conflict there.
 NEVER_CONFLICTING = {("delete", "/v1" + STORE), ("post", "/v1" + STORE + "/archive")}
-# Operations that can meet a conflict besides every write below a store (api.md §2-§4, §6).
+# Operations that can meet a conflict besides every write below a store (docs/api-contract.md §2-§4, §6).
 CONFLICTING = {
     ("post", FORWARD + "/memory_stores"),
     ("post", "/v1" + STORE + "/memories"),

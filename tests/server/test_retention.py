@@ -1,4 +1,5 @@
-"""Version retention (api.md §6): old versions disappear, the head version of a live memory never does."""
+"""Version retention (docs/api-contract.md §6): old versions disappear, the head version of a live memory
+never does."""
 
 from __future__ import annotations
 

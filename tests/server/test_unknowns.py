@@ -1,5 +1,5 @@
-"""api.md §6: a parameter, JSON field or header the server does not know is a 400 naming it, never
-silently dropped; what the official SDKs send on every call keeps working."""
+"""docs/api-contract.md §6: a parameter, JSON field or header the server does not know is a 400 naming it,
+never silently dropped; what the official SDKs send on every call keeps working."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_the_sdks_default_headers_are_accepted(
             f"/memory_stores/{store['id']}", headers={**ANTHROPIC_SDK_HEADERS, "anthropic-beta": "x"}
         )
     )
-    # Some SDK versions append ?beta=true to every call (api.md §4).
+    # Some SDK versions append ?beta=true to every call (docs/api-contract.md §4).
     ok(anthropic_http.get("/memory_stores", params={"beta": "true"}))
     ok(anthropic_http.delete(f"/memory_stores/{store['id']}", params={"beta": "true"}))
 

@@ -1,4 +1,4 @@
-"""memsync.api: the one client through which memsync talks to Memory Stores (design.md §3).
+"""memsync.api: the one client through which memsync talks to Memory Stores (docs/design.md §3).
 
 Three dialects (Qoder Forward, Qoder Cloud, Anthropic Managed Agents) behind one :class:`Client` and one
 set of normalised models. Usage::

@@ -1,7 +1,7 @@
 """The Memory Store client: one set of operations over the three dialects.
 
 Writes whose outcome is unknown (the request was sent again after a 5xx or a lost connection) are
-settled from what the store holds, never repeated blindly (design.md §3):
+settled from what the store holds, never repeated blindly (docs/design.md §3):
 
 - create memory answered 409: the path is read back; the same content there means done.
 - update answered 409: the memory is read back; the intended content there means done (also on the
@@ -141,7 +141,7 @@ class Client:
         """A client over this one's connection pool, token and settings, with its own request counters.
 
         Stores worked on at once each get one: :attr:`request_count` then counts one store's requests
-        (the budgets of design.md §5 are per store), while keep-alive connections are reused across
+        (the budgets of docs/design.md §5 are per store), while keep-alive connections are reused across
         stores. Closing the copy leaves the pool open; close this client when every copy is done.
         """
         twin = copy.copy(self)
@@ -460,7 +460,8 @@ class Client:
 
         ``full`` asks for contents in the listing where the dialect can (Anthropic ``view=full``, 20 per
         page); elsewhere contents stay None and :meth:`fetch_contents` gets them. The listing's
-        ``out_of_order`` flag tells whether it broke the (``created_at``, ``id``) order (api.md §6).
+        ``out_of_order`` flag tells whether it broke the (``created_at``, ``id``) order
+        (docs/api-contract.md §6).
         """
         params: dict[str, str] = {}
         if memory_id is not None:

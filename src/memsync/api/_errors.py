@@ -134,7 +134,8 @@ def one_line(text: str, secret: str | None = None) -> str:
 def error_for_status(
     status: int, error_type: str | None, message: str, request_id: str | None, *, what: str
 ) -> _Failure:
-    """The error for an HTTP error answer. The status decides; the type only refines 409 (api.md §5)."""
+    """The error for an HTTP error answer. The status decides; the type only refines 409
+    (docs/api-contract.md §5)."""
     text = f"{what}: HTTP {status}"
     if error_type:
         text += f" {error_type}"

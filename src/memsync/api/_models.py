@@ -154,7 +154,7 @@ class MemoryVersion(_Model):
 
     @property
     def order_key(self) -> tuple[datetime, str]:
-        """Import order (api.md §6): oldest first by (``created_at``, ``id``)."""
+        """Import order (docs/api-contract.md §6): oldest first by (``created_at``, ``id``)."""
         return (self.created_at, self.id)
 
     @property

@@ -80,7 +80,7 @@ class VersionListing(Iterator[MemoryVersion]):
 
     Stop iterating as soon as you reach a version you already have: no further page is requested. The
     listing checks that versions come in non-increasing (``created_at``, ``id``) order, across pages too
-    (api.md §6). It does not stop on a violation: :attr:`out_of_order` becomes True and
+    (docs/api-contract.md §6). It does not stop on a violation: :attr:`out_of_order` becomes True and
     :attr:`order_violation` names the first pair, so the caller can apply the import rule (list every
     version, import late ones at the tip, warn).
     """

@@ -1,6 +1,6 @@
 """HTTP for memsync.api: one keep-alive httpx transport, auth, retries with backoff, caps on answers.
 
-Retries (design.md §3): 429, 5xx, 529 and connection errors are retried with exponential backoff and
+Retries (docs/design.md §3): 429, 5xx, 529 and connection errors are retried with exponential backoff and
 jitter, or after the server's ``Retry-After-Ms`` / ``Retry-After`` when it gives one (a hint longer
 than :attr:`RetryPolicy.max_retry_after` is not waited for: the call fails with the hint attached, so
 the caller can reschedule instead of holding a connection). Each call has a budget of attempts and of
@@ -294,7 +294,8 @@ class Transport:
         if isinstance(error, RateLimited):
             error.retry_after = hint
         retryable = isinstance(error, RateLimited | ServerError)
-        # api.md §6: the server marks answers that must not be retried; honour it when it says so.
+        # docs/api-contract.md §6: the server marks answers that must not be retried; honour it when it
+        # says so.
         if response.headers.get("x-should-retry", "").lower() == "false":
             retryable = False
         return _Failed(error, retryable=retryable, retry_after=hint)

@@ -1,9 +1,9 @@
 """The wire forms of the three dialects, translated to and from the normalised models.
 
-Everything a dialect spells its own way is here and nowhere else: URL prefixes and collection names,
-auth headers, list envelopes and cursors, field-name variants (api.md §3), absolute vs relative paths,
-``modified`` vs ``updated``, Anthropic's ``redacted_at`` and actors. Answers are untrusted input: a
-value of the wrong type, a path that breaks :mod:`memsync.rules` for the dialect, an id that could not
+Everything a dialect spells its own way is here and nowhere else: URL prefixes and collection names, auth
+headers, list envelopes and cursors, field-name variants (docs/api-contract.md §3), absolute vs relative
+paths, ``modified`` vs ``updated``, Anthropic's ``redacted_at`` and actors. Answers are untrusted input:
+a value of the wrong type, a path that breaks :mod:`memsync.rules` for the dialect, an id that could not
 be put in a URL or a commit trailer, a content that does not hash to its ``content_sha256`` — each is
 refused with :class:`InvalidResponse` (or :class:`ContentMismatch`) naming the object and the field.
 """
@@ -361,7 +361,8 @@ def _validated(model: type[M], fields: dict[str, Any], what: str) -> M:
 
 
 def verify_content(object_id: str, content: str, expected_sha256: str) -> None:
-    """Refuse ``content`` unless it hashes to ``expected_sha256`` (api.md §1: no normalisation)."""
+    """Refuse ``content`` unless it hashes to ``expected_sha256``, with no normalisation
+    (docs/api-contract.md §1)."""
     try:
         actual = sha256_hex(content)
     except RuleViolation:

@@ -49,7 +49,7 @@ def run_daemon(config: Config, *, max_failures: int | None = None) -> int:
 
 
 def run_once(config: Config) -> tuple[list[dict[str, Any]], int]:
-    """One cycle per selected store: (``--json`` entries, the exit code of design.md §4)."""
+    """One cycle per selected store: (``--json`` entries, the exit code of docs/design.md §4)."""
     from memsync.daemon._daemon import Daemon
 
     configure_logging(config.log, secrets=_secrets(config))

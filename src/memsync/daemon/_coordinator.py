@@ -1,4 +1,4 @@
-"""Turning cycle requests into cycles (style.md items 6 and 7; design.md §3 "One cycle does it all").
+"""Turning cycle requests into cycles (docs/design.md §3, "One cycle does it all").
 
 The scheduler and the watcher only *request* a store's cycle. Requests coalesce: many requests before
 the cycle starts make one cycle, and requests that arrive while it runs make exactly one more after

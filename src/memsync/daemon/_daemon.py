@@ -480,7 +480,7 @@ class Daemon:
 
     def run_once(self) -> tuple[list[dict[str, Any]], int]:
         """One cycle per selected store, ``fleet.concurrency`` at once: (their reports in the
-        selection's order, the exit code of design.md §4)."""
+        selection's order, the exit code of docs/design.md §4)."""
         with daemon_lock(self.config.mirror.root):
             selection = self._discovery()
 

@@ -1,4 +1,4 @@
-"""Debounce with a quiet delay and a maximum wait (syncthing's watchaggregator, style.md item 9).
+"""Debounce with a quiet delay and a maximum wait (after syncthing's watchaggregator).
 
 Editors save in very different ways: an in-place write, a temp file
 renamed over the original, vim's rename-to-backup and new file. Every style ends with the file quiet

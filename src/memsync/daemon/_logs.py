@@ -1,6 +1,6 @@
 """Logging for the daemon: text or JSON lines on stderr, with secrets scrubbed from every record.
 
-design.md §6: the token never lands in a log line. Every record passes :class:`SecretFilter` on the
+docs/design.md §6: the token never lands in a log line. Every record passes :class:`SecretFilter` on the
 handler, whoever logged it (memsync, httpx, APScheduler): the message, the arguments, the
 formatted exception and any extra string field are scrubbed of the token's value, of ``Authorization``
 and ``x-api-key`` header values, and of the userinfo of URLs (``https://user:pass@host``).

@@ -1,1 +1,1 @@
-"""memsync.engine (see design.md §3)."""
+"""memsync.engine (see docs/design.md §3)."""

@@ -3,7 +3,7 @@
 Forward injects every active mount of an (identity, template) into a session's sandbox at
 ``/data/.qoder/awareness/<memory.path>``. Where several stores hold the same path, one copy shadows the
 others; seed 000 says only that the order is "stable by mount time, but not intuitive". The rule here
-is the reference server's assumption (api.md §6, "awareness shadowing"), in exactly one place,
+is the reference server's assumption (docs/api-contract.md §6, "awareness shadowing"), in exactly one place,
 :func:`visible_holder`: **the first holder of a path in mount order wins** — the default store, then the
 explicit mounts by mount time. Whatever the real rule is, every collision is reported.
 
@@ -30,7 +30,7 @@ Files = Mapping[str, str]
 def visible_holder(holders: Sequence[str]) -> str:
     """The store whose copy of a path the sandbox shows, of ``holders`` in mount order.
 
-    The reference's assumption (api.md §6): the first holder in mount order wins.
+    The reference's assumption (docs/api-contract.md §6): the first holder in mount order wins.
     """
     return holders[0]
 

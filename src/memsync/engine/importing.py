@@ -19,7 +19,7 @@ DEFAULT_AUTHOR = ("memsync", "memsync@localhost")
 
 V = TypeVar("V")
 
-# Items per page of a memory listing (api.md: limit at most 100).
+# Items per page of a memory listing (docs/api-contract.md §2: at most 100).
 LIST_PAGE = 100
 
 _EMAIL_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -62,8 +62,8 @@ def newer_than_checkpoint(
     it is yielded once with ``is_new=False`` and the walk stops there, so no further page is fetched.
     The caller decides what that version means: the checkpoint itself (the usual case), an imported
     version (the checkpoint vanished through retention), or a version never imported and older than
-    the tip — a late version (api.md §6), after which everything is listed. Without a checkpoint,
-    everything is new.
+    the tip — a late version (docs/api-contract.md §6), after which everything is listed. Without a
+    checkpoint, everything is new.
     """
     for version in newest_first:
         if checkpoint is None or order_key(version) > checkpoint.order_key:
@@ -80,8 +80,9 @@ class TruncationCounter:
     """Counts the memories of a first import whose listed history begins after their creation.
 
     A memory's first version is always its creation: when the listing holds updates or a delete of a
-    memory but not its creation, versions of it expired before this import (api.md §6, retention).
-    Memories created and deleted before then leave no version at all, so nothing can count them.
+    memory but not its creation, versions of it expired before this import (docs/api-contract.md §6,
+    retention). Memories created and deleted before then leave no version at all, so nothing can count
+    them.
     """
 
     def __init__(self) -> None:

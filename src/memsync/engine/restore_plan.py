@@ -23,8 +23,9 @@ Anthropic, a path that is an ancestor of another memory's path (``a`` beside ``a
 goes, since the deeper files are the ones a directory tree holds. A store memory at a rejected path
 is left alone rather than deleted.
 
-**Delete guard** (style.md item 8): at least 3 deletes and more than ``max_delete_share`` of the
-store's memories refuse the plan (``refused`` says why and names ``--force``) unless ``force``.
+**Delete guard** (docs/design.md §2, "Destructive work waits for ``--force``"): at least 3 deletes
+and more than ``max_delete_share`` of the store's memories refuse the plan (``refused`` says why and
+names ``--force``) unless ``force``.
 
 **Order.** On Anthropic, a write that frees a path (a delete, a rename's source) runs before a write
 that occupies a path clashing with it, since the store refuses the clash. Otherwise: renames,

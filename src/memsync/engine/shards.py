@@ -1,4 +1,4 @@
-"""Which of N machines owns a store, with nothing to coordinate (design.md §1.5, §5).
+"""Which of N machines owns a store, with nothing to coordinate (docs/design.md §1.5, §5).
 
 Rendezvous (highest random weight) hashing: shard ``i`` scores a store with the first 8 bytes of
 SHA-256 of ``<store id>/<i>`` read big-endian, and the highest score owns the store. Every machine

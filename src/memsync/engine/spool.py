@@ -1,7 +1,7 @@
 """A disk-backed reversal of a stream, so memory stays bounded whatever the store's size.
 
-The API lists versions newest first and the import writes them oldest first (api.md §6). Holding a
-whole history in memory would make a pull's peak memory grow with the store (it has to
+The API lists versions newest first and the import writes them oldest first (docs/api-contract.md
+§6). Holding a whole history in memory would make a pull's peak memory grow with the store (it has to
 stay flat from 10,000 to 100,000 versions), so the listing is spooled to an anonymous temporary file
 and read back in reverse. Only an 8-byte offset per item stays in memory.
 """

@@ -1,4 +1,4 @@
-"""The embedded reference Memory Store server: one SQLite engine, three dialects (api.md).
+"""The embedded reference Memory Store server: one SQLite engine, three dialects (docs/api-contract.md).
 
 ``run`` serves it (``memsync server``); ``create_app`` gives the ASGI app over an ``Engine`` for
 embedding; ``Engine`` is the storage with an injectable clock; ``load_seed_file`` seeds it.

@@ -1,4 +1,4 @@
-"""Route adapter of the Anthropic Managed Agents dialect (api.md §4), as the official SDK calls it.
+"""Route adapter of the Anthropic Managed Agents dialect (docs/api-contract.md §4), as the SDK calls it.
 
 Routes, parameters and answer shapes follow ``anthropic`` 2.14.0 (``client.beta.memory_stores``,
 ``.memories``, ``.memory_versions``). Pagination is ``page``/``next_page`` with opaque tokens; memories
@@ -129,7 +129,8 @@ PathPageToken = Query(
     description="The `next_page` of the previous page.",
     json_schema_extra={"pattern": r"^(memory|prefix):[\s\S]+$"},
 )
-# Some SDK versions append ?beta=true to every call (api.md §4): accepted on every route, whatever it is.
+# Some SDK versions append ?beta=true to every call (docs/api-contract.md §4): accepted on every route,
+# whatever it is.
 _GUARD = RequestGuard(ANTHROPIC_HEADERS, also_accepted=frozenset({"beta"}))
 
 

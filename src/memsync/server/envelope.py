@@ -1,4 +1,4 @@
-"""Answers in the shape of api.md §5: the error envelope, its HTTP statuses, and fast JSON replies.
+"""Answers in the shape of docs/api-contract.md §5: the error envelope, its statuses, and fast JSON replies.
 
 Every error the app can produce is rendered here: the engine's refusals, the rules' violations,
 FastAPI's request validation (turned from 422 into a 400 naming the field), unknown routes and

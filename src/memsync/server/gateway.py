@@ -3,7 +3,7 @@
 It is plain ASGI (not Starlette's ``BaseHTTPMiddleware``) so it costs little per request, and it
 answers 401 before any routing, validation or fault injection happens. Which token forms count
 depends on the dialect the path belongs to: Forward and Cloud take ``Authorization: Bearer``,
-Anthropic takes that or ``x-api-key`` (api.md §2-§4).
+Anthropic takes that or ``x-api-key`` (docs/api-contract.md §2-§4).
 """
 
 from __future__ import annotations

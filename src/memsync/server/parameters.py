@@ -1,6 +1,6 @@
 """Request parameters the dialect adapters share, and the refusal of everything no route declares.
 
-api.md §6: a parameter, JSON field or header the server does not know is a 400 naming it, never
+docs/api-contract.md §6: a parameter, JSON field or header the server does not know is a 400 naming it, never
 silently dropped, because a client whose option is ignored believes it took effect (a filter, a
 precondition, a mount). Routes declare what they take; :class:`RequestGuard` compares each request
 with those declarations: its query keys, and on routes without a body the fields of a JSON body. It
@@ -29,7 +29,7 @@ from .problems import InvalidRequest
 from .storage import Actor, decode_cursor
 
 View = Literal["basic", "full"]
-# With view=full a page carries content, so it holds at most this many items (api.md §4); a
+# With view=full a page carries content, so it holds at most this many items (docs/api-contract.md §4); a
 # larger limit is capped rather than refused.
 FULL_VIEW_PAGE = 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -103,7 +103,7 @@ def version_filters(
     api_key_id: str | None = Query(None, description="Only versions written with this API key."),
     service_account_id: str | None = Query(None, description="Only versions by this service account."),
 ) -> VersionFilters:
-    """The version-list filters of api.md §4, which the Cloud SDK (qca.managed) sends too."""
+    """The version-list filters of docs/api-contract.md §4, which the Cloud SDK (qca.managed) sends too."""
     actors = [
         (kind, value)
         for kind, value in (
@@ -162,7 +162,7 @@ class RequestGuard:
     """A router dependency: refuses undeclared query parameters, body fields and unsupported headers.
 
     ``also_accepted`` names query parameters every route of the dialect tolerates without declaring
-    them (Anthropic: ``beta``, which some SDK versions append to every call, api.md §4).
+    them (Anthropic: ``beta``, which some SDK versions append to every call, docs/api-contract.md §4).
     """
 
     def __init__(self, headers: HeaderPolicy, *, also_accepted: frozenset[str] = frozenset()) -> None:
@@ -255,8 +255,8 @@ QODER_HEADERS = HeaderPolicy(
     refused={"qoder-workspace-id": _NO_WORKSPACES},
     beta_header="x-qoder-beta",
 )
-# api.md §4: anthropic-version and anthropic-beta are accepted whatever their values. The SDK can
-# also send a workspace and a user profile with every call (anthropic/_client.py).
+# docs/api-contract.md §4: anthropic-version and anthropic-beta are accepted whatever their values. The
+# SDK can also send a workspace and a user profile with every call (anthropic/_client.py).
 ANTHROPIC_HEADERS = HeaderPolicy(
     namespaces=("anthropic-",),
     accepted=frozenset({"anthropic-version", "anthropic-beta"}),

@@ -1,4 +1,4 @@
-"""The refusals the engine raises, each carrying the HTTP status and error type of api.md §5.
+"""The refusals the engine raises, each carrying the HTTP status and error type of docs/api-contract.md §5.
 
 The route adapters never choose a status themselves: they let these propagate, and the app renders
 them as the error envelope ``{"type": "error", "error": {"type", "message"}, "request_id"}``.

@@ -1,4 +1,4 @@
-"""Route adapters of the two Qoder dialects: Forward (api.md §2, seeds 000/003) and Cloud (§3, 002/004).
+"""Route adapters of the Qoder dialects (docs/api-contract.md): Forward (§2, seeds 000/003), Cloud (§3).
 
 The dialects share endpoints and rules; Cloud differs in answer shapes (an integer ``version`` on
 memories, no ``system_managed``/``binding_info`` on stores, ``redacted_at`` only on a redacted

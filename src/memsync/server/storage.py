@@ -44,7 +44,7 @@ ACTOR_ID_FIELDS = {
 
 @dataclass(frozen=True)
 class DialectPolicy:
-    """What differs between dialects in the engine's rules (api.md §2-§4 and §6)."""
+    """What differs between dialects in the engine's rules (docs/api-contract.md §2-§4 and §6)."""
 
     ancestor_paths_conflict: bool
     path_conflict_type: str
@@ -97,7 +97,7 @@ POLICIES: dict[Dialect, DialectPolicy] = {
 
 @dataclass(frozen=True)
 class Actor:
-    """Who wrote a version (api.md §4 ``created_by``): a kind and the id that kind carries."""
+    """Who wrote a version (docs/api-contract.md §4 ``created_by``): a kind and the id that kind carries."""
 
     kind: str
     id: str

@@ -2,9 +2,9 @@
 
 Requests are validated by FastAPI against these models (a failure becomes a 400 naming the field,
 never a 422) and then by :mod:`memsync.rules` inside the engine. Request models forbid fields they
-do not declare (api.md §6: an unknown field is a 400 naming it, never silently dropped). Responses
-are rendered as plain dicts by the route adapters for speed and exact control over which keys
-appear (list items carry no ``content`` key at all); the response models here document them in
+do not declare (docs/api-contract.md §6: an unknown field is a 400 naming it, never silently
+dropped). Responses are rendered as plain dicts by the route adapters for speed and exact control over
+which keys appear (list items carry no ``content`` key at all); the response models here document them in
 ``/openapi.json`` and the tests validate real answers against them.
 """
 
@@ -69,7 +69,7 @@ FORWARD_PATH = _text(RELATIVE_PATH, min_length=1, max_length=1024)
 STORE_NAME = _text(NON_BLANK_NO_CONTROLS, min_length=1)
 STORE_DESCRIPTION = _text(NO_CONTROLS)
 
-# --- errors (api.md §5) -----------------------------------------------------------------------
+# --- errors (docs/api-contract.md §5) ---------------------------------------------------------
 
 
 class ErrorDetail(BaseModel):

@@ -1,5 +1,5 @@
 """``memsync backup``: pull every selected store (archived ones too), then push each mirror to the
-git remotes of ``[[backup.remotes]]`` (design.md §1.3).
+git remotes of ``[[backup.remotes]]`` (docs/design.md §1.3).
 
 A remote's ``url`` is a template: ``{store_id}`` and ``{name}`` (the store's name made a safe slug)
 are filled in per store. Two stores that would land on one URL are refused, and said so, rather than

@@ -1,6 +1,6 @@
 """One store's cycle, the unit both the CLI (`memsync sync`, `memsync push`) and the daemon run.
 
-design.md §3: scheduler ticks and watcher events both request the same per-store cycle — pull (import
+docs/design.md §3: scheduler ticks and watcher events both request the same per-store cycle — pull (import
 new versions) → reconcile the checkout → push local edits → import what the push created. This module
 is that sequence, under the store's lock from start to end (so the CLI and the daemon never interleave
 a pull and a push); callers hold no git or HTTP knowledge of their own.

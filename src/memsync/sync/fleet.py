@@ -1,4 +1,4 @@
-"""Working on many stores at once (design.md §5: stores are independent).
+"""Working on many stores at once (docs/design.md §5: stores are independent).
 
 Every command that works on the selected stores (pull, backup, verify, sync, and the daemon's
 ``--once``) runs one store's work per task on a bounded pool of ``fleet.concurrency`` threads. Each

@@ -1,6 +1,6 @@
 """Pull: import a store's new versions into its mirror, one deterministic commit per version.
 
-The flow of one store (design.md §2, §5; api.md §6):
+The flow of one store (docs/design.md §2, §5; docs/api-contract.md §6):
 
 1. Read the checkpoint (the last imported version) from the tip of ``memstore/main``.
 2. List versions newest first and stop at the checkpoint: a pull that finds nothing new costs one
@@ -198,7 +198,7 @@ def pull_store(
             importer.note_history(first_import=first_import)
             report.tip = mirror.tip()
     except MemsyncError as exc:
-        # The error's own exit code survives: a held lock is 75, a refused token 3 (design.md §4).
+        # The error's own exit code survives: a held lock is 75, a refused token 3 (docs/design.md §4).
         report.fail(str(exc), exc.exit_code)
     report.requests = client.request_count - before
     return report
@@ -329,8 +329,8 @@ class _Importer:
         self.report.expired = len(imported)
         if self.report.late:
             self.report.warnings.append(
-                f"{self.report.late} late version(s) imported at the tip, after newer ones (api.md §6):"
-                " this mirror's commit ids now differ from a fresh import's"
+                f"{self.report.late} late version(s) imported at the tip, after newer ones"
+                " (docs/api-contract.md §6): this mirror's commit ids now differ from a fresh import's"
             )
         if self.report.redacted_since_import:
             self.report.warnings.append(
@@ -415,7 +415,7 @@ class _Importer:
         return None
 
     def propagate_redactions(self, *, everything: bool, now: bool) -> None:
-        """Rewrite redacted content out of the mirror (design.md §2): the versions redacted since
+        """Rewrite redacted content out of the mirror (docs/design.md §2): the versions redacted since
         their import (a full scan finds them), and redacted versions whose commit no longer holds
         what a fresh import would: the content their live memory served, until it served another.
 
@@ -756,7 +756,7 @@ def _order_key(version: MemoryVersion) -> tuple[datetime, str]:
 def _checkpoint(mirror: Mirror) -> Checkpoint | None:
     """The newest imported version: the tip, unless late versions were imported after it.
 
-    Late versions (api.md §6) are imported at the tip although they are older, so after such an
+    Late versions (docs/api-contract.md §6) are imported at the tip although they are older, so after such an
     import the tip is not the newest. That shows as a parent newer than the tip; only then is the
     whole history read (a rare case, and it ends with the next import of a new version).
     """

@@ -1,6 +1,6 @@
 """Push: carry out the reconcile planner's actions against the store and the checkout.
 
-One reconcile of one store, under the store lock and after a pull (design.md §3):
+One reconcile of one store, under the store lock and after a pull (docs/design.md §3):
 
 1. Snapshots. The base is ``refs/memsync/base`` (the commit the checkout was last reconciled with);
    local is the working tree (regular files only, through the path encoding, validated with

@@ -1,6 +1,6 @@
 """``memsync verify``: prove that a mirror matches its live store, or say precisely where it does not.
 
-Three things are checked (design.md §1.3):
+Three things are checked (docs/design.md §1.3):
 
 1. every imported commit's content matches its version's ``content_sha256``, where the API still
    lists that version (and the commit does not still hold content the store has since redacted);
@@ -34,7 +34,7 @@ truncated   no      the first commit records ``History-Truncated``: versions exp
                     first import, so the history starts after them
 ========== ======= ==========================================================================
 
-Any drift makes the exit code 5 (design.md §4). The comparison itself is the pure function
+Any drift makes the exit code 5 (docs/design.md §4). The comparison itself is the pure function
 :func:`find_differences`; :func:`verify_store` only gathers what it compares.
 """
 
@@ -54,7 +54,8 @@ from memsync.rules import Dialect
 from memsync.sync.pull import mirror_path, store_lock
 from memsync.sync.report import StoreReport
 
-# How long each dialect keeps versions that are not a live memory's head (api.md §4); None: unknown.
+# How long each dialect keeps versions that are not a live memory's head (docs/api-contract.md §4);
+# None: unknown.
 RETENTION: dict[Dialect, timedelta | None] = {
     Dialect.ANTHROPIC: timedelta(days=30),
     Dialect.FORWARD: None,
