@@ -110,7 +110,7 @@ def test_the_adaptive_pace_follows_littles_law(latency_s: float, cpu_s: float, w
         pace.record(wall, cpu_s)
     assert pace.window == window and not pace.sampling
     # Then the window holds: times measured with requests in flight include waits for the GIL, which
-    # grow with the window (the feedback that took it to its ceiling on loopback, issue 6).
+    # grow with the window (the feedback that took it to its ceiling on loopback).
     for _ in range(20):
         pace.record(latency_s * 40, cpu_s)
     assert pace.window == window
