@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import DeltaStatus, FileMode, SortMode
+from pygit2.enums import DeltaStatus, FileMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
 PUSHED_PREFIX = "refs/memsync/pushed/"
-_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
 def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
@@ -70,20 +69,11 @@ def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRew
     reconciled = reconciled_import(mirror, base) if base is not None else None
     if main is None or reconciled is None or mirror.is_ancestor(reconciled, main):
         return None
-    repo = mirror._repo
     with translated("finding where main was moved back to"):
-        try:
-            found = repo.merge_base(main, reconciled)
-        except (pygit2.GitError, KeyError, ValueError):
-            found = None
-        fork = None if found is None else str(found)
-        walker = repo.walk(reconciled, SortMode.NONE)
-        if fork is not None:
-            walker.hide(fork)
-        versions = sum(1 for _ in walker)
-        old = repo[fork].peel(pygit2.Tree) if fork is not None else repo[_EMPTY_TREE].peel(pygit2.Tree)
+        fork = mirror.merge_base(main, reconciled)
+        versions = sum(1 for _ in mirror.walk(reconciled, since=fork))
         before: dict[str, str | None] = {}
-        for delta in old.diff_to_tree(repo[reconciled].peel(pygit2.Tree)).deltas:
+        for delta in mirror.tree(fork).diff_to_tree(mirror.tree(reconciled)).deltas:
             if delta.status != DeltaStatus.ADDED:
                 before[decoded(delta.old_file.path)] = hashes.sha256(str(delta.old_file.id))
             if delta.status != DeltaStatus.DELETED:
@@ -93,25 +83,20 @@ def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRew
 
 def pushed_refs(mirror: Mirror) -> list[str]:
     """The refs keeping earlier ``main`` tips, oldest first."""
-    with translated("listing refs/memsync/pushed"):
-        return sorted(r for r in mirror._repo.references if r.startswith(PUSHED_PREFIX))
+    return mirror.refs(PUSHED_PREFIX)
 
 
 def align_index(mirror: Mirror, commit: str) -> None:
     """Make the index hold ``commit``'s tree; entries of files the checkout holds unchanged get stat data."""
-    repo = mirror._repo
-    with translated(f"reading the tree of {commit}"):
-        wanted: dict[str, pygit2.Oid] = {}
-        _collect(repo[commit].peel(pygit2.Tree), "", wanted)
+    wanted = {path: pygit2.Oid(hex=blob) for path, blob in mirror.tree_files(commit).items()}
+    index = mirror.index()
     with translated("reading the index"):
-        index = repo.index
-        index.read(False)
         current = {entry.path: entry.id for entry in index}
         has_conflicts = index.conflicts is not None
     changed = has_conflicts
     with translated("updating the index"):
         if has_conflicts:
-            index.read_tree(repo[commit].peel(pygit2.Tree))
+            index.read_tree(mirror.tree(commit))
             current = {}
         for path in current.keys() - wanted.keys():
             index.remove(path)
@@ -135,12 +120,3 @@ def align_index(mirror: Mirror, commit: str) -> None:
                 " run again when it is done"
             ) from exc
         raise MirrorError(f"writing the index of {mirror.path}: {exc}") from exc
-
-
-def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, pygit2.Oid]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect(item, name + "/", found)
-        else:
-            found[name] = item.id

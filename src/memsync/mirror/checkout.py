@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
 
 @dataclass(frozen=True, slots=True)
 class CheckoutUpdate:
@@ -88,27 +86,22 @@ def _reconciled_base(mirror: Mirror, head: str) -> str | None:
     if tip is None:
         return None
     with translated("finding where main left the imported history"):
-        try:
-            return str(mirror._repo.merge_base(head, tip))
-        except (pygit2.GitError, KeyError, ValueError, TypeError):
-            return None
+        return mirror.merge_base(head, tip)
 
 
 def local_changes(mirror: Mirror) -> tuple[str, ...]:
     """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
-    repo = mirror._repo
     in_checkout: set[str] = set()
     committed: set[str] = set()
     with translated("reading the status of the checkout"):
-        for path, flags in repo.status(untracked_files="all", ignored=False).items():
+        for path, flags in mirror.status().items():
             if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
                 in_checkout.add(path)
         head = mirror.ref_target(mirror.MAIN_REF)
         if head is not None:
             base = _reconciled_base(mirror, head)
             if head != base:
-                old = repo[base].peel(pygit2.Tree) if base else repo[_EMPTY_TREE].peel(pygit2.Tree)
-                for delta in old.diff_to_tree(repo[head].peel(pygit2.Tree)).deltas:
+                for delta in mirror.tree(base).diff_to_tree(mirror.tree(head)).deltas:
                     committed.add(delta.old_file.path)
                     committed.add(delta.new_file.path)
     changed = in_checkout | committed
@@ -137,17 +130,13 @@ def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
     ``main`` and the base: nothing of it is the user's, and reporting it as local changes would
     keep the checkout from ever reaching the tip again.
     """
-    repo = mirror._repo
     tip = mirror.tip()
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     with translated("comparing the checkout with the imported tip"):
-        index = repo.index
-        index.read()
-        if len(index.diff_to_tree(repo[tip].peel(pygit2.Tree))) != 0:
+        if len(mirror.index().diff_to_tree(mirror.tree(tip))) != 0:
             return False
-        statuses = repo.status(untracked_files="all", ignored=False).values()
-    return not any(flags & _WORKTREE_CHANGES for flags in statuses)
+    return not any(flags & _WORKTREE_CHANGES for flags in mirror.status().values())
 
 
 def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
@@ -159,11 +148,10 @@ def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
     rather than report the tip's own files as local changes. A file that matches neither (an edit)
     makes this False, and with it nothing is overwritten.
     """
-    repo = mirror._repo
     tip = mirror.tip()
-    if tip is None or repo.workdir is None or (head is not None and not mirror.is_ancestor(head, tip)):
+    if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
-    tree = repo[tip].peel(pygit2.Tree)
+    tree = mirror.tree(tip)
     # libgit2 writes each file in place, so a kill can cut the one it was writing short: after a
     # killed checkout (and only then), one file that is the start of the tip's is the tip's too.
     may_be_cut = _killed_checkout(mirror) is not None
@@ -173,7 +161,7 @@ def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
                 entry: pygit2.Object | None = tree[path]
             except KeyError:
                 entry = None
-            on_disk = os.path.join(repo.workdir, path)
+            on_disk = os.path.join(mirror.workdir, path)
             if entry is None or entry.type != pygit2.enums.ObjectType.BLOB:
                 # The tip has no file here. A folder of the tip's in its place is fine: the status
                 # lists the files in it on their own.
@@ -255,7 +243,6 @@ def _starts(path: str, data: bytes) -> bool:
 
 def update_checkout(mirror: Mirror) -> CheckoutUpdate:
     """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
-    repo = mirror._repo
     tip = mirror.tip()
     if tip is None:
         return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
@@ -277,11 +264,11 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
             updated=False, tip=tip, diverged=True, reason="main has commits that memstore/main lacks"
         )
     if head != tip:
-        target = repo[tip].peel(pygit2.Tree)
+        target = mirror.tree(tip)
         conflicts = ConflictPaths()
         try:
             with _marked_checkout(mirror):
-                repo.checkout_tree(
+                mirror.checkout(
                     target,
                     strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
                     callbacks=conflicts,
@@ -298,12 +285,12 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
             elif _toward_tip(mirror, head, set(conflicts.paths)):
                 # Forced only where main and the tip differ: a file the tip does not change is
                 # never rewritten, whatever happened to it since the status was read.
-                old = repo[head].peel(pygit2.Tree) if head else repo[_EMPTY_TREE].peel(pygit2.Tree)
+                old = mirror.tree(head)
                 moved = {
                     p for d in old.diff_to_tree(target).deltas for p in (d.old_file.path, d.new_file.path)
                 }
                 with _marked_checkout(mirror):
-                    repo.checkout_tree(
+                    mirror.checkout(
                         target,
                         strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
                         paths=sorted(moved | set(conflicts.paths)),

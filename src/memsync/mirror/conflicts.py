@@ -40,14 +40,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 
 if TYPE_CHECKING:
@@ -75,14 +76,13 @@ class Merger:
 
     def __init__(self) -> None:
         self._dir: str | None = None
-        self._repo: pygit2.Repository | None = None
+        self._store: GitStore | None = None
 
-    def _scratch(self) -> pygit2.Repository:
-        if self._repo is None:
+    def _scratch(self) -> GitStore:
+        if self._store is None:
             self._dir = tempfile.mkdtemp(prefix="memsync-merge-")
-            with translated("creating a scratch repository for merging"):
-                self._repo = pygit2.init_repository(self._dir, bare=True)
-        return self._repo
+            self._store = GitStore.create_bare(Path(self._dir))
+        return self._store
 
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
         """Merge ``local`` and ``remote`` over ``base`` (None: both sides created the file)."""
@@ -92,22 +92,11 @@ class Merger:
             return MergeResult(True, local)
         if base is not None and local == base:
             return MergeResult(True, remote)
-        repo = self._scratch()
-
-        def entry(label: str, data: bytes) -> pygit2.IndexEntry:
-            return pygit2.IndexEntry(label, repo.create_blob(data), FileMode.BLOB)
-
-        with translated("merging"):
-            result = repo.merge_file_from_index(
-                None if base is None else entry("base", base),
-                entry(LOCAL_LABEL, local),
-                entry(REMOTE_LABEL, remote),
-            )
-        content = result.contents.encode("utf-8")
-        if base is None and result.automergeable:
+        clean, content = self._scratch().merge_file(base, (LOCAL_LABEL, local), (REMOTE_LABEL, remote))
+        if base is None and clean:
             # Both sides created the memory: that is a conflict even when git could interleave them.
             return MergeResult(False, whole_file_markers(local, remote))
-        return MergeResult(bool(result.automergeable), content)
+        return MergeResult(clean, content)
 
     def markers(self, base: bytes | None, local: bytes, remote: bytes) -> bytes:
         """Conflict markers for the two sides, always (a clean merge falls back to whole-file markers)."""
@@ -115,9 +104,9 @@ class Merger:
         return whole_file_markers(local, remote) if merged.clean else merged.content
 
     def close(self) -> None:
-        if self._repo is not None:
-            self._repo.free()
-            self._repo = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -184,15 +173,9 @@ def record_conflict(
     when: datetime | None = None,
 ) -> ConflictRecord:
     """Write the conflict's commit and point its ref at it (the ref must not exist)."""
-    repo = mirror._repo
     moment = (when or datetime.now(UTC)).astimezone(UTC)
     sides = {"base": base, "local": local, "remote": remote, "markers": markers}
-    with translated(f"recording the conflict at {memory_path}"):
-        builder = repo.TreeBuilder()
-        for name, data in sides.items():
-            if data is not None:
-                builder.insert(name, repo.create_blob(data), FileMode.BLOB)
-        tree = builder.write()
+    tree = mirror.write_flat_tree({name: data for name, data in sides.items() if data is not None})
     trailers = {
         "Memsync-Conflict": "1",
         "Conflict-Path": quote_for_message(memory_path),
@@ -208,8 +191,7 @@ def record_conflict(
         f"{key}: {value}\n" for key, value in trailers.items()
     )
     signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-    with translated(f"recording the conflict at {memory_path}"):
-        commit = str(repo.create_commit(None, signature, signature, message, tree, []))
+    commit = mirror.create_commit(tree, [], signature, message)
     ref = ref_name(memory_path)
     mirror.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
     return _parse(mirror, ref, commit)
@@ -218,9 +200,7 @@ def record_conflict(
 def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
     """The recorded conflicts by memory path."""
     found: dict[str, ConflictRecord] = {}
-    with translated("listing the recorded conflicts"):
-        names = sorted(r for r in mirror._repo.references if r.startswith(CONFLICTS_PREFIX))
-    for ref in names:
+    for ref in mirror.refs(CONFLICTS_PREFIX):
         commit = mirror.ref_target(ref)
         if commit is None:
             continue
@@ -245,7 +225,7 @@ def _side(mirror: Mirror, record: ConflictRecord, side: str) -> pygit2.Blob | No
     if side not in SIDES:
         raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
     with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
-        tree = mirror._repo[record.commit].peel(pygit2.Tree)
+        tree = mirror.tree(record.commit)
         if side not in tree:
             return None
         blob = tree[side]
@@ -269,24 +249,21 @@ def end_conflict(
     was recorded), so choosing ``--ours`` or ``--theirs`` never loses them — plus ``previous/``, the
     tree of the path's previous resolution, so every resolution stays reachable.
     """
-    repo = mirror._repo
     resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
     previous = mirror.ref_target(resolved)
     moment = (when or datetime.now(UTC)).astimezone(UTC)
-    with translated(f"keeping the resolved conflict at {record.memory_path}"):
-        builder = repo.TreeBuilder(repo[record.commit].peel(pygit2.Tree))
-        if replaced is not None:
-            builder.insert("replaced", repo.create_blob(replaced), FileMode.BLOB)
-        if previous is not None:
-            builder.insert("previous", repo[previous].peel(pygit2.Tree).id, FileMode.TREE)
-        tree = builder.write()
-        message = (
-            f"resolved {quote_for_message(record.memory_path)}\n\n"
-            f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
-            f"Resolution: {resolution}\n"
-        )
-        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-        commit = str(repo.create_commit(None, signature, signature, message, tree, []))
+    tree = mirror.write_flat_tree(
+        {"replaced": replaced} if replaced is not None else {},
+        trees={"previous": previous} if previous is not None else None,
+        base=record.commit,
+    )
+    message = (
+        f"resolved {quote_for_message(record.memory_path)}\n\n"
+        f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
+        f"Resolution: {resolution}\n"
+    )
+    signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+    commit = mirror.create_commit(tree, [], signature, message)
     mirror.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
     mirror.delete_ref_if_equals(record.ref, record.commit)
     return resolved
@@ -298,7 +275,7 @@ def _sha(data: bytes) -> str:
 
 def _parse(mirror: Mirror, ref: str, commit: str) -> ConflictRecord:
     with translated(f"reading {ref}"):
-        found = mirror._repo[commit].peel(pygit2.Commit)
+        found = mirror.commit(commit)
         message, when = found.message, found.commit_time
     fields: dict[str, str] = {}
     for line in message.rstrip("\n").split("\n\n")[-1].split("\n"):

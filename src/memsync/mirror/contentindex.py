@@ -23,6 +23,7 @@ from pathlib import Path
 import pygit2
 
 from memsync.mirror.errors import FormatError
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.paths import encode_path
 from memsync.mirror.trailers import parse_message
 
@@ -37,10 +38,10 @@ SIDE_FILES = ("-journal",)
 
 
 class ContentIndex:
-    """The index of one mirror; ``repo`` may be None for :func:`note_contents`, which reads no history."""
+    """The index of one mirror; ``store`` may be None for :func:`note_contents`, which reads no history."""
 
-    def __init__(self, repo: pygit2.Repository | None, path: Path) -> None:
-        self._repo = repo
+    def __init__(self, store: GitStore | None, path: Path) -> None:
+        self._store = store
         self._path = path
         self._db: sqlite3.Connection | None = None
         self._covered: str | None = None
@@ -54,8 +55,8 @@ class ContentIndex:
         """The blob id for ``sha256`` if the object store has it, after catching up to ``tip``."""
         self._catch_up(tip)
         blob = self._get(sha256)
-        assert self._repo is not None
-        if blob is None or not self._repo.odb.exists(blob):
+        assert self._store is not None
+        if blob is None or not self._store.has_object(blob):
             return None
         return blob
 
@@ -137,30 +138,19 @@ class ContentIndex:
 
     # --- catching up with history ----------------------------------------------------------------
 
-    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        assert self._repo is not None
-        if ancestor == descendant:
-            return True
-        try:
-            return bool(self._repo.descendant_of(descendant, ancestor))
-        except (pygit2.GitError, KeyError, ValueError):
-            return False
-
     def _catch_up(self, tip: str | None) -> None:
         self._connection()
         if tip is None or self._covered == tip:
             return
         since = self._covered
-        if since is not None and not self._is_ancestor(since, tip):
+        assert self._store is not None
+        if since is not None and not self._store.is_ancestor(since, tip):
             since = None
         self._commit(self._index_history(tip, since), tip, reset=since is None)
 
     def _index_history(self, tip: str, since: str | None) -> Iterable[tuple[str, str]]:
-        assert self._repo is not None
-        walker = self._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
-        if since is not None:
-            walker.hide(since)
-        for commit in walker:
+        assert self._store is not None
+        for commit in self._store.walk(tip, since=since, oldest_first=True):
             try:
                 trailers = parse_message(commit.message, str(commit.id))
             except FormatError:

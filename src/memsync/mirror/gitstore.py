@@ -8,7 +8,8 @@ reads; git's own programs write packs; memsync encodes none of git's formats.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -25,10 +26,26 @@ GEOMETRIC_FROM = 8
 REPACK = ["-c", "pack.threads=1", "repack", "--geometric=2", "-d", "-q"]
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """HEAD: the operation in progress, the commit (None: unborn), the branch (None: detached)."""
+
+    state: pygit2.enums.RepositoryState
+    target: str | None
+    branch: str | None
+    shorthand: str | None
 
 
 class GitStore:
-    """One git repository with a working tree, at ``path``."""
+    """One git repository at ``path`` (a working tree, or a bare repository)."""
+
+    @classmethod
+    def create_bare(cls, path: Path) -> GitStore:
+        with translated(f"creating a git repository at {path}"):
+            return cls(pygit2.init_repository(str(path), bare=True), path)
 
     def __init__(self, repo: pygit2.Repository, path: Path) -> None:
         self._repo = repo
@@ -108,7 +125,78 @@ class GitStore:
         except (pygit2.GitError, KeyError, ValueError):
             return False
 
+    def refs(self, prefix: str) -> list[str]:
+        """The names of the refs under ``prefix``, sorted."""
+        with translated(f"listing {prefix}"):
+            return sorted(name for name in self._repo.references if name.startswith(prefix))
+
+    def direct_refs(self) -> dict[str, str]:
+        """``{ref name: the object id it points at}`` of every ref that is not symbolic."""
+        with translated("listing refs"):
+            found = {}
+            for name in self._repo.references:
+                ref = self._repo.references[name]
+                if ref.type == pygit2.enums.ReferenceType.DIRECT:
+                    found[name] = str(ref.target)
+            return found
+
+    def detach_head(self, commit: str) -> None:
+        with translated(f"pointing HEAD at {commit}"):
+            self._repo.set_head(pygit2.Oid(hex=commit))
+
+    def revision(self, spec: str) -> str | None:
+        """The commit a git revision names (an id, a ref, ``main~3``), or None."""
+        try:
+            return str(self._repo.revparse_single(spec).peel(pygit2.Commit).id)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+            return None
+
+    def advertised_refs(self, url: str, callbacks: pygit2.RemoteCallbacks) -> dict[str, str]:
+        """``{ref: commit}`` a remote advertises to a pusher (receive-pack's view of its refs);
+        pygit2's ``GitError`` when it cannot be reached."""
+        remote = self._repo.remotes.create_anonymous(url)
+        remote.connect(callbacks=callbacks, direction=_DIRECTION_PUSH)
+        return {
+            head.name: str(head.oid)
+            for head in remote.list_heads(connect=False)
+            if head.name and head.name.startswith("refs/") and not head.name.endswith("^{}")
+        }
+
+    def push_refs(self, url: str, specs: list[str], callbacks: pygit2.RemoteCallbacks) -> None:
+        """Push refspecs to a remote; pygit2's ``GitError`` when it fails."""
+        # A remote that listed refs stays connected for fetching; pushing needs one of its own.
+        self._repo.remotes.create_anonymous(url).push(specs, callbacks=callbacks)
+
+    def merge_base(self, one: str, other: str) -> str | None:
+        """The best common ancestor of two commits, or None when they share no history."""
+        try:
+            found = self._repo.merge_base(one, other)
+        except (pygit2.GitError, KeyError, ValueError, TypeError):
+            return None
+        return None if found is None else str(found)
+
     # --- reading objects -------------------------------------------------------------------------
+
+    def commit(self, commit_id: str) -> pygit2.Commit:
+        with translated(f"reading commit {commit_id}"):
+            return self._repo[commit_id].peel(pygit2.Commit)
+
+    def tree(self, commit_or_tree: str | None) -> pygit2.Tree:
+        """The tree of a commit (or a tree itself); None gives the empty tree."""
+        with translated(f"reading the tree of {commit_or_tree}"):
+            return self._repo[commit_or_tree or EMPTY_TREE].peel(pygit2.Tree)
+
+    def walk(
+        self, tip: str, *, since: str | None = None, oldest_first: bool = False
+    ) -> Iterator[pygit2.Commit]:
+        """The commits of ``tip`` not reachable from ``since``, newest first (or oldest first)."""
+        order = pygit2.enums.SortMode.TOPOLOGICAL
+        if oldest_first:
+            order |= pygit2.enums.SortMode.REVERSE
+        walker = self._repo.walk(pygit2.Oid(hex=tip), order)
+        if since is not None:
+            walker.hide(pygit2.Oid(hex=since))
+        return iter(walker)
 
     def tree_files(self, commit: str | None) -> dict[str, str]:
         """``{tree path: blob id}`` of every file in ``commit``'s tree (None: the empty tree)."""
@@ -124,9 +212,125 @@ class GitStore:
             raise MirrorError(f"{blob_id} is not a blob")
         return blob.data
 
+    def object_type(self, object_id: str) -> str | None:
+        """``"commit"``, ``"tree"``, ``"blob"`` or ``"tag"``; None when the repository lacks it."""
+        with translated(f"looking up {object_id}"):
+            try:
+                found = self._repo.get(object_id)
+            except ValueError:
+                return None
+            return None if found is None else found.type_str
+
     def has_object(self, object_id: str) -> bool:
         with translated(f"looking up {object_id}"):
             return bool(self._repo.odb.exists(object_id))
+
+    # --- the working tree and the index ----------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self._repo.workdir) if self._repo.workdir else self.path
+
+    @property
+    def config(self) -> pygit2.Config:
+        return self._repo.config
+
+    def status(self) -> dict[str, int]:
+        """``{tree path: pygit2 FileStatus flags}`` of every path that is not current (untracked
+        files one by one, ignored ones left out)."""
+        with translated("reading the status of the checkout"):
+            return dict(self._repo.status(untracked_files="all", ignored=False))
+
+    def index(self) -> pygit2.Index:
+        """The repository's index as it is on disk now."""
+        with translated("reading the index"):
+            index = self._repo.index
+            index.read(False)
+            return index
+
+    def is_ignored(self, tree_path: str) -> bool:
+        with translated(f"checking whether {tree_path} is ignored"):
+            return bool(self._repo.path_is_ignored(tree_path))
+
+    def checkout(
+        self,
+        tree: pygit2.Tree,
+        *,
+        strategy: pygit2.enums.CheckoutStrategy,
+        callbacks: pygit2.CheckoutCallbacks | None = None,
+        paths: list[str] | None = None,
+    ) -> None:
+        """libgit2's checkout of ``tree`` into the index and working tree (its errors as they come)."""
+        self._repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
+
+    def head(self) -> Head:
+        """Where HEAD is, and which git operation (rebase, merge, ...) is in progress."""
+        with translated("reading HEAD"):
+            repo = self._repo
+            state = pygit2.enums.RepositoryState(repo.state())
+            if repo.head_is_unborn:
+                return Head(state, None, None, None)
+            target = str(repo.head.target)
+            if repo.head_is_detached:
+                return Head(state, target, None, None)
+            return Head(state, target, repo.head.name, repo.head.shorthand)
+
+    # --- writing objects with libgit2 (a few at a time) -------------------------------------------
+
+    def create_blob(self, data: bytes) -> str:
+        with translated("writing a blob"):
+            return str(self._repo.create_blob(data))
+
+    def write_tree(self, files: Mapping[str, str], *, base: str | None = None) -> str:
+        """A tree of ``{tree path: blob or tree id}`` entries over ``base`` (a tree id, or empty)."""
+        with translated("writing a tree"):
+            index = pygit2.Index()
+            if base is not None:
+                index.read_tree(self._repo[base].peel(pygit2.Tree))
+            for path, oid in files.items():
+                index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), pygit2.enums.FileMode.BLOB))
+            return str(index.write_tree(self._repo))
+
+    def write_index_tree(self, index: pygit2.Index) -> str:
+        with translated("writing a tree"):
+            return str(index.write_tree(self._repo))
+
+    def write_flat_tree(
+        self, blobs: Mapping[str, bytes], *, trees: Mapping[str, str] | None = None, base: str | None = None
+    ) -> str:
+        """A one-level tree: ``base``'s entries (a commit or tree id), then ``blobs`` written as files
+        and ``trees`` (name: tree or commit id) as folders."""
+        with translated("writing a tree"):
+            repo = self._repo
+            builder = repo.TreeBuilder(repo[base].peel(pygit2.Tree)) if base else repo.TreeBuilder()
+            for name, data in blobs.items():
+                builder.insert(name, repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+            for name, tree in (trees or {}).items():
+                builder.insert(name, repo[tree].peel(pygit2.Tree).id, pygit2.enums.FileMode.TREE)
+            return str(builder.write())
+
+    def merge_file(
+        self, base: bytes | None, ours: tuple[str, bytes], theirs: tuple[str, bytes]
+    ) -> tuple[bool, bytes]:
+        """git's three-way merge of one file's contents (sides named by their labels): whether it
+        merged cleanly, and the result (with conflict markers when not)."""
+
+        def entry(label: str, data: bytes) -> pygit2.IndexEntry:
+            return pygit2.IndexEntry(label, self._repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+
+        with translated("merging"):
+            result = self._repo.merge_file_from_index(
+                None if base is None else entry("base", base), entry(*ours), entry(*theirs)
+            )
+        return bool(result.automergeable), result.contents.encode("utf-8")
+
+    def create_commit(self, tree: str, parents: list[str], author: pygit2.Signature, message: str) -> str:
+        """A commit written by libgit2 (committer = author), not on any ref."""
+        with translated("writing a commit"):
+            oid = self._repo.create_commit(
+                None, author, author, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
+            )
+        return str(oid)
 
     # --- writing objects, and keeping the packs few ----------------------------------------------
 

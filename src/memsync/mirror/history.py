@@ -24,8 +24,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-import pygit2
-
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
@@ -44,6 +42,7 @@ from memsync.mirror.trailers import (
 )
 
 if TYPE_CHECKING:
+    from memsync.mirror.gitstore import GitStore
     from memsync.mirror.repository import Mirror
 
 # The identity of versions no actor is known for (Forward and Cloud record none).
@@ -198,12 +197,9 @@ def apply_trailers(paths: PathMap, trailers: Trailers) -> None:
         apply_change(paths, trailers.memory_id, trailers.operation, written)
 
 
-def replay(repo: pygit2.Repository, paths: PathMap, until: pygit2.Oid, since: pygit2.Oid | None) -> None:
+def replay(store: GitStore, paths: PathMap, until: str, since: str | None) -> None:
     """Bring ``paths`` (the map at ``since``, or empty) forward to commit ``until`` by its trailers."""
-    walker = repo.walk(until, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
-    if since is not None:
-        walker.hide(since)
-    for commit in walker:
+    for commit in store.walk(until, since=since, oldest_first=True):
         apply_trailers(paths, parse_message(commit.message, str(commit.id)))
 
 
@@ -534,9 +530,9 @@ class HistoryWriter:
         return summary
 
 
-def iter_trailers(repo: pygit2.Repository, tip: pygit2.Oid) -> Iterator[tuple[str, Trailers]]:
+def iter_trailers(store: GitStore, tip: str) -> Iterator[tuple[str, Trailers]]:
     """``(commit id, trailers)`` from ``tip`` back to the first import, newest first."""
-    for commit in repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL):
+    for commit in store.walk(tip):
         commit_id = str(commit.id)
         yield commit_id, parse_message(commit.message, commit_id)
 
@@ -597,10 +593,7 @@ def history_facts(mirror: Mirror, *, save: bool = True) -> HistoryFacts:
     if facts is None or cached_tip is None or not mirror.is_ancestor(cached_tip, tip):
         cached_tip, facts = None, HistoryFacts()
     with translated("reading the imported history"):
-        walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
-        if cached_tip is not None:
-            walker.hide(cached_tip)
-        for commit in walker:
+        for commit in mirror.walk(tip, since=cached_tip, oldest_first=True):
             commit_id = str(commit.id)
             trailers = parse_message(commit.message, commit_id)
             wrote = (

@@ -90,4 +90,4 @@ def is_ignored(mirror: Mirror, tree_path: str) -> bool:
     if is_ignore_file(tree_path):
         return True
     with translated(f"checking whether git ignores {tree_path}"):
-        return bool(mirror._repo.path_is_ignored(tree_path))
+        return mirror.is_ignored(tree_path)

@@ -23,8 +23,10 @@ from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
 from memsync.mirror.trailers import ID_PATTERN
 
 if TYPE_CHECKING:
+    from memsync.mirror.gitstore import GitStore
     from memsync.mirror.repository import Mirror
 
+METADATA_REF = "refs/heads/memsync/metadata"
 STORE_FILE = "store.json"
 MEMORIES_DIR = "memories"
 MESSAGE = "metadata snapshot\n\nMemsync-Format: 1\n"
@@ -134,14 +136,16 @@ def _is_memory_file(path: str) -> bool:
     return path.startswith(MEMORIES_DIR + "/")
 
 
-def read_metadata(mirror: Mirror, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """``(store document or None, {memory id: document})`` at ``commit`` (default: the branch tip)."""
-    target = commit or mirror.ref_target(mirror.METADATA_REF)
+def read_metadata(
+    repository: GitStore, commit: str | None = None
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``(store document or None, {memory id: document})`` at ``commit`` (default: the branch tip),
+    in a mirror or a backup."""
+    target = commit or repository.ref_target(METADATA_REF)
     if target is None:
         return None, {}
-    repo = mirror._repo
     with translated("reading the metadata branch"):
-        tree = repo[target].peel(pygit2.Tree)
+        tree = repository.tree(target)
         store = json.loads(tree["store.json"].peel(pygit2.Blob).data) if "store.json" in tree else None
         memories: dict[str, Any] = {}
         if "memories" in tree:

@@ -52,6 +52,7 @@ from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import is_repository, open_repository
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathMap, replay
+from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import _blob_at, superseded_commits
@@ -67,7 +68,6 @@ _ENV_REFERENCE = re.compile(
     r"^\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$"
 )
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-_DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
 # Targets whose refs a push replaced or deleted and that are not pruned (or warned about) yet, in the
 # mirror's .git/memsync/: a push killed before its prune leaves refs up to date, so only this note
 # tells the next run that the replaced objects are still in the backup.
@@ -286,8 +286,7 @@ class PushResult:
 def backup_refs(mirror: Mirror) -> dict[str, str]:
     """``{mirror ref: backup ref}`` of everything a backup holds (see the module docstring)."""
     wanted: dict[str, str] = {}
-    with translated("listing the mirror's refs"):
-        names = sorted(mirror._repo.references)
+    names = mirror.refs("refs/")
     if mirror.MEMSTORE_REF in names:
         wanted[mirror.MEMSTORE_REF] = BACKUP_MAIN
     if mirror.METADATA_REF in names:
@@ -323,8 +322,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         result.created = _ensure_local_repository(target.path)
         if result.created:
             crash_point("backup.remote_created")  # an empty bare repository, nothing pushed into it
-    repo = mirror._repo
-    heads = _remote_heads(repo, target)
+    heads = _remote_heads(mirror, target)
     superseded = superseded_commits(mirror)
     specs: list[str] = []
     planned: list[RefPush] = []
@@ -338,7 +336,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         elif old is None:
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "created"))
-        elif repo.odb.exists(old) and mirror.is_ancestor(old, new):
+        elif mirror.has_object(old) and mirror.is_ancestor(old, new):
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "updated"))
         elif old in superseded:
@@ -368,10 +366,8 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         crash_point("backup.prune_noted")
     callbacks = _Callbacks(target)
     if specs:
-        # A remote that listed refs stays connected for fetching; pushing needs one of its own.
-        remote = repo.remotes.create_anonymous(target.url)
         try:
-            remote.push(specs, callbacks=callbacks)
+            mirror.push_refs(target.url, specs, callbacks)
         except pygit2.GitError as exc:
             raise MirrorError(callbacks.refused or f"pushing to {target.display}: {exc}") from None
         crash_point("backup.remote_pushed")  # the remote's refs moved; a forced update not pruned yet
@@ -421,20 +417,13 @@ def _note_prune(mirror: Mirror, display: str, *, owed: bool) -> None:
     os.replace(partial, note)
 
 
-def _remote_heads(repo: pygit2.Repository, target: BackupTarget) -> dict[str, str]:
+def _remote_heads(mirror: Mirror, target: BackupTarget) -> dict[str, str]:
     """``{ref: commit}`` the target advertises to a pusher (receive-pack's view of its refs)."""
     callbacks = _Callbacks(target)
-    remote = repo.remotes.create_anonymous(target.url)
     try:
-        remote.connect(callbacks=callbacks, direction=_DIRECTION_PUSH)
-        heads = remote.list_heads(connect=False)
+        return mirror.advertised_refs(target.url, callbacks)
     except pygit2.GitError as exc:
         raise MirrorError(callbacks.refused or f"connecting to {target.display}: {exc}") from None
-    return {
-        head.name: str(head.oid)
-        for head in heads
-        if head.name and head.name.startswith("refs/") and not head.name.endswith("^{}")
-    }
 
 
 def _ensure_local_repository(path: Path) -> bool:
@@ -569,11 +558,10 @@ class BackupRepository(GitStore):
     def resolve(self, revision: str | None = None) -> str:
         """The commit ``revision`` names (any git revision: id, ref, ``main~3``); default the tip."""
         wanted = revision or self.default_ref
-        try:
-            found = self._repo.revparse_single(wanted)
-            return str(found.peel(pygit2.Commit).id)
-        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
-            raise MirrorError(f"{self.path} has no commit {wanted!r}") from None
+        found = self.revision(wanted)
+        if found is None:
+            raise MirrorError(f"{self.path} has no commit {wanted!r}")
+        return found
 
     def files(self, commit: str) -> TreeFiles:
         """The memories at ``commit``; tree paths that are no memory path's spelling are problems."""
@@ -587,17 +575,13 @@ class BackupRepository(GitStore):
                 problems[tree_path] = str(exc)
         return TreeFiles(files, problems)
 
-    def read_blob(self, blob: str) -> bytes:
-        with translated(f"reading blob {blob}"):
-            return bytes(self._repo[blob].peel(pygit2.Blob).data)
-
     def memory_ids(self, commit: str) -> dict[str, str] | None:
         """``{memory path: memory id}`` at ``commit`` from the trailers; None if it is not imported
         history (a commit of the user's, say)."""
         paths = PathMap()
         try:
             with translated(f"reading the history of {commit}"):
-                replay(self._repo, paths, pygit2.Oid(hex=commit), None)
+                replay(self, paths, commit, None)
         except FormatError:
             return None
         return paths.as_dict()
@@ -606,26 +590,14 @@ class BackupRepository(GitStore):
         """Every imported version up to ``revision`` (default the tip), newest first, with its blob."""
         start = self.resolve(revision)
         with translated("reading the imported history"):
-            for commit in self._repo.walk(start, pygit2.enums.SortMode.TOPOLOGICAL):
+            for commit in self.walk(start):
                 commit_id = str(commit.id)
                 trailers = parse_message(commit.message, commit_id)
                 yield _imported(commit_id, trailers, commit.tree)
 
     def metadata(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` from the metadata branch's tip."""
-        tip = self.ref_target(Mirror.METADATA_REF)
-        if tip is None:
-            return None, {}
-        with translated("reading the metadata branch"):
-            tree = self._repo[tip].peel(pygit2.Tree)
-            store = json.loads(tree["store.json"].peel(pygit2.Blob).data) if "store.json" in tree else None
-            memories: dict[str, Any] = {}
-            if "memories" in tree:
-                for item in tree["memories"].peel(pygit2.Tree):
-                    name = item.name or ""
-                    if name.endswith(".json") and isinstance(item, pygit2.Blob):
-                        memories[name.removesuffix(".json")] = json.loads(item.data)
-        return store, memories
+        return read_metadata(self)
 
 
 def _imported(commit: str, trailers: Trailers, tree: pygit2.Tree) -> ImportedCommit:

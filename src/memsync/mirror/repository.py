@@ -44,7 +44,7 @@ from memsync.mirror.history import (
     replay,
 )
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
-from memsync.mirror.metadata import read_metadata, write_metadata
+from memsync.mirror.metadata import METADATA_REF, read_metadata, write_metadata
 from memsync.mirror.paths import decode_path
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 
@@ -139,11 +139,11 @@ class Mirror(GitStore):
     MEMSTORE_REF = "refs/remotes/memstore/main"
     MAIN_REF = "refs/heads/main"
     BASE_REF = "refs/memsync/base"
-    METADATA_REF = "refs/heads/memsync/metadata"
+    METADATA_REF = METADATA_REF
 
     def __init__(self, repo: pygit2.Repository, path: Path) -> None:
         super().__init__(repo, path)
-        self._content = ContentIndex(repo, self.state_dir / "content-index")
+        self._content = ContentIndex(self, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
 
     # --- creating and opening --------------------------------------------------------------------
@@ -195,7 +195,7 @@ class Mirror(GitStore):
     def reopen(self) -> None:
         self._content.close()
         super().reopen()
-        self._content = ContentIndex(self._repo, self.state_dir / "content-index")
+        self._content = ContentIndex(self, self.state_dir / "content-index")
         self._path_map_cache = None
 
     def __enter__(self) -> Mirror:
@@ -224,7 +224,7 @@ class Mirror(GitStore):
                 pass
         self.state_dir.mkdir(exist_ok=True)
         _probe_case_sensitivity(self.state_dir)
-        config = self._repo.config
+        config = self.config
         wrote = False
         with translated("configuring the mirror"):
             for key, value in _CONFIG.items():
@@ -282,8 +282,7 @@ class Mirror(GitStore):
         tip = self.tip()
         if tip is None:
             return None
-        with translated(f"reading commit {tip}"):
-            commit = self._repo[tip].peel(pygit2.Commit)
+        commit = self.commit(tip)
         return ImportedVersion.from_trailers(tip, parse_message(commit.message, tip))
 
     def imported_versions(self) -> Iterator[ImportedVersion]:
@@ -291,7 +290,7 @@ class Mirror(GitStore):
         tip = self.tip()
         if tip is None:
             return
-        for commit, trailers in iter_trailers(self._repo, pygit2.Oid(hex=tip)):
+        for commit, trailers in iter_trailers(self, tip):
             yield ImportedVersion.from_trailers(commit, trailers)
 
     def imported_version_ids(self) -> Iterator[str]:
@@ -344,11 +343,11 @@ class Mirror(GitStore):
         except (OSError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
-            since = pygit2.Oid(hex=cached_tip) if cached_tip and self.is_ancestor(cached_tip, tip) else None
+            since = cached_tip if cached_tip and self.is_ancestor(cached_tip, tip) else None
             if since is None:
                 paths = PathMap()
             with translated("rebuilding the path map from history"):
-                replay(self._repo, paths, pygit2.Oid(hex=tip), since)
+                replay(self, paths, tip, since)
             if tip == self.tip():  # a map of an older commit must not replace the tip's cache
                 self._save_path_map(tip, paths)
         self._path_map_cache = (tip, paths)

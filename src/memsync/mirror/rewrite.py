@@ -263,9 +263,8 @@ def rewrite_redacted(
     remaining: list[str] = []
     kept_blobs = {k.blob for k in kept if k.blob is not None}
     with translated("checking the redacted contents are gone"):
-        odb = mirror._repo.odb
         for blob, sha in sorted(pending.blobs.items()):
-            if not odb.exists(blob):
+            if not mirror.has_object(blob):
                 removed.append(blob)
             elif sha in shared_hashes:
                 shared.append(blob)
@@ -319,8 +318,7 @@ class _History:
             return cls([])
         found: list[_OldCommit] = []
         with translated("reading the imported history"):
-            walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
-            for commit in walker:
+            for commit in mirror.walk(tip, oldest_first=True):
                 commit_id = str(commit.id)
                 message = commit.message
                 found.append(
@@ -358,7 +356,7 @@ def _written_blob(mirror: Mirror, old: _OldCommit) -> list[str]:
     if trailers.memory_path is None or trailers.operation == "deleted" or trailers.skipped is not None:
         return []
     with translated(f"reading commit {old.id}"):
-        blob = _blob_at(mirror._repo[old.id].peel(pygit2.Tree), trailers.memory_path)
+        blob = _blob_at(mirror.tree(old.id), trailers.memory_path)
     return [str(blob.id)] if blob is not None else []
 
 
@@ -473,7 +471,6 @@ class _Carrier:
 
     def __init__(self, mirror: Mirror, mapping: Mapping[str, str]) -> None:
         self._mirror = mirror
-        self._repo = mirror._repo
         self._mapping = dict(mapping)
         self.replaced: dict[str, str] = {}  # commits made again on the new history (old → new)
         self._first_old = self._oldest_parent()
@@ -484,7 +481,7 @@ class _Carrier:
         if not self._mapping:
             return None
         first = next(iter(self._mapping))
-        parents = self._repo[first].peel(pygit2.Commit).parent_ids
+        parents = self._mirror.commit(first).parent_ids
         return str(parents[0]) if parents else None
 
     def carry_everything(self, pending: _Pending) -> tuple[list[str], list[KeptContent], list[str]]:
@@ -492,22 +489,18 @@ class _Carrier:
         self._redacted = {}
         with translated("reading the redacted contents"):
             for blob in pending.blobs:
-                if self._repo.odb.exists(blob):
-                    self._redacted[blob] = self._repo[blob].peel(pygit2.Blob).data
+                if self._mirror.has_object(blob):
+                    self._redacted[blob] = self._mirror.read_blob(blob)
         moved: list[str] = []
         warnings: list[str] = []
         with translated("moving refs onto the rewritten history"):
             self._carry_checkout()
-            for name in sorted(self._repo.references):
+            for name, old in sorted(self._mirror.direct_refs().items()):
                 if name in (self._mirror.MEMSTORE_REF, WORK_REF, STASH_REF) or name == "HEAD":
                     continue
-                ref = self._repo.references[name]
-                if ref.type != pygit2.enums.ReferenceType.DIRECT:
-                    continue
-                old = str(ref.target)
-                target = self._repo[old]
-                if not isinstance(target, pygit2.Commit):
-                    if isinstance(target, pygit2.Tag):
+                kind = self._mirror.object_type(old)
+                if kind != "commit":
+                    if kind == "tag":
                         warnings.append(f"{name} is an annotated tag; it was left pointing where it was")
                     continue
                 new = self._carry(old, name)
@@ -537,10 +530,7 @@ class _Carrier:
             return self._mapping[commit]
         if commit in self.replaced:
             return self.replaced[commit]
-        walker = self._repo.walk(commit, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
-        if self._first_old is not None:
-            walker.hide(self._first_old)
-        for item in walker:
+        for item in self._mirror.walk(commit, since=self._first_old, oldest_first=True):
             old = str(item.id)
             if old in self._mapping or old in self.replaced:
                 continue
@@ -553,8 +543,8 @@ class _Carrier:
 
     def _remake(self, commit: pygit2.Commit, parents: list[str], new_parents: list[str], where: str) -> str:
         """``commit`` again on ``new_parents``: its own changes kept, the rest from the new parent."""
-        old_base = self._repo[parents[0]].peel(pygit2.Tree)
-        new_base = self._repo[new_parents[0]].peel(pygit2.Tree)
+        old_base = self._mirror.tree(parents[0])
+        new_base = self._mirror.tree(new_parents[0])
         tree = self._carry_tree(commit.tree, old_base, new_base, where)
         return self._mirror.recommit(str(commit.id), tree, new_parents)
 
@@ -567,7 +557,7 @@ class _Carrier:
         """
         if not self._redacted:
             return commit
-        found = self._repo[commit].peel(pygit2.Commit)
+        found = self._mirror.commit(commit)
         files = self._mirror.tree_files(commit)
         exact = [path for path, blob in files.items() if blob in self._redacted]
         for path, blob in sorted(files.items()):
@@ -596,8 +586,7 @@ class _Carrier:
     def _holds_redacted(self, blob: str) -> bool:
         if blob in self._redacted:
             return True
-        data = self._repo[blob].peel(pygit2.Blob).data
-        return self._contains_redacted(data)
+        return self._contains_redacted(self._mirror.read_blob(blob))
 
     def _contains_redacted(self, data: bytes) -> bool:
         return any(content and content in data for content in self._redacted.values())
@@ -606,22 +595,20 @@ class _Carrier:
 
     def _carry_checkout(self) -> None:
         """Index and working tree of HEAD follow HEAD's commit onto the new history."""
-        repo = self._repo
-        if repo.head_is_unborn:
+        head = self._mirror.head()
+        if head.target is None:
             return
-        old = str(repo.head.target)
+        old = head.target
         new = self._carry(old, "HEAD")
         if new == old:
             self._report_working_tree()
             return
-        old_tree = repo[old].peel(pygit2.Tree)
-        new_tree = repo[new].peel(pygit2.Tree)
-        index = repo.index
-        index.read(force=True)
-        workdir = Path(repo.workdir) if repo.workdir else None
-        for path, (before, after) in _removals_first(_tree_changes(old_tree, new_tree)):
-            if workdir is not None:
-                self._carry_file(workdir, path, before, after)
+        index = self._mirror.index()
+        workdir = self._mirror.workdir
+        for path, (before, after) in _removals_first(
+            _tree_changes(self._mirror.tree(old), self._mirror.tree(new))
+        ):
+            self._carry_file(workdir, path, before, after)
             staged = index[path].id if path in index else None
             staged_hex = str(staged) if staged is not None else None
             if staged_hex == before:
@@ -630,8 +617,8 @@ class _Carrier:
                 else:
                     index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=after), pygit2.enums.FileMode.BLOB))
         index.write()
-        if repo.head_is_detached:
-            repo.set_head(pygit2.Oid(hex=new))
+        if head.branch is None:
+            self._mirror.detach_head(new)
         self._report_working_tree()
 
     def _carry_file(self, workdir: Path, path: str, before: str | None, after: str | None) -> None:
@@ -657,7 +644,7 @@ class _Carrier:
             return
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_name(f".{file.name}.memsync-tmp")
-        tmp.write_bytes(self._repo[after].peel(pygit2.Blob).data)
+        tmp.write_bytes(self._mirror.read_blob(after))
         os.replace(tmp, file)
 
     def _report_working_tree(self) -> None:
@@ -665,19 +652,15 @@ class _Carrier:
         said so (the index's blob is an object of the repository, the file is the user's)."""
         if not self._redacted:
             return
-        repo = self._repo
-        workdir = Path(repo.workdir) if repo.workdir else None
-        index = repo.index
-        index.read(force=True)
+        workdir = self._mirror.workdir
+        index = self._mirror.index()
         staged_flags = pygit2.enums.FileStatus.INDEX_NEW | pygit2.enums.FileStatus.INDEX_MODIFIED
         changed_flags = pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED
-        for path, flags in sorted(repo.status(untracked_files="all").items()):
+        for path, flags in sorted(self._mirror.status().items()):
             if flags & staged_flags and path in index:
                 staged = str(index[path].id)
                 if self._holds_redacted(staged):
                     self._kept.append(KeptContent("index", path, staged))
-            if workdir is None:
-                continue
             try:
                 data = (workdir / path).read_bytes()
             except OSError:
@@ -689,8 +672,8 @@ class _Carrier:
 
     def _carry_stash(self) -> bool:
         """Every stash entry onto the new history; its reflog rewritten line by line (keeps dates)."""
-        ref = self._repo.references.get(STASH_REF)
-        if ref is None:
+        old_stash = self._mirror.ref_target(STASH_REF)
+        if old_stash is None:
             return False
         log_file = self._mirror.git_dir / "logs" / STASH_REF
         try:
@@ -711,7 +694,7 @@ class _Carrier:
                     old_new.append(carried.encode("ascii"))
                 line = b" ".join([*old_new, fields[2]]) + tab + message
             rewritten.append(line)
-        old = str(ref.target)
+        old = old_stash
         new = self._carry(old, STASH_REF)
         if new != old:
             self._mirror.set_ref_if_equals(STASH_REF, new, old, message="memsync: carried over a redaction")
@@ -733,10 +716,7 @@ class _Carrier:
 
             def carried(match: re.Match[bytes], name: str = name) -> bytes:
                 commit = match.group(0).decode("ascii")
-                if commit not in self._repo:
-                    return match.group(0)
-                target = self._repo[commit]
-                if not isinstance(target, pygit2.Commit):
+                if self._mirror.object_type(commit) != "commit":
                     return match.group(0)
                 return self._carry(commit, name).encode("ascii")
 
@@ -813,10 +793,7 @@ def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:
     if tip is None:
         return found
     with translated("reading the rewritten history"):
-        walker = mirror._repo.walk(tip, pygit2.enums.SortMode.TOPOLOGICAL)
-        if start > 0:
-            walker.hide(old.commits[start - 1].id)
-        for commit in walker:
+        for commit in mirror.walk(tip, since=old.commits[start - 1].id if start > 0 else None):
             add(parse_message(commit.message, str(commit.id)))
     return found
 

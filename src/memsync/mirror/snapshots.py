@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import FileMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.contentindex import note_contents
@@ -131,19 +130,7 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
 
 def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
     """``{memory path: blob id}`` of a commit's tree: :meth:`Mirror.files` with cached decoding."""
-    found: dict[str, str] = {}
-    with translated(f"reading the tree of {commit}"):
-        _collect(mirror._repo[commit].peel(pygit2.Tree), "", found)
-    return {decoded(tree_path): blob for tree_path, blob in found.items()}
-
-
-def _collect(tree: pygit2.Tree, prefix: str, found: dict[str, str]) -> None:
-    for item in tree:
-        name = prefix + (item.name or "")
-        if isinstance(item, pygit2.Tree):
-            _collect(item, name + "/", found)
-        elif isinstance(item, pygit2.Blob):
-            found[name] = str(item.id)
+    return {decoded(tree_path): blob for tree_path, blob in mirror.tree_files(commit).items()}
 
 
 def base_commit(mirror: Mirror) -> str | None:
@@ -159,18 +146,14 @@ def base_commit(mirror: Mirror) -> str | None:
     if head is None or tip is None:
         return None
     with translated("finding where main left the imported history"):
-        try:
-            found = mirror._repo.merge_base(head, tip)
-        except (pygit2.GitError, KeyError, ValueError):
-            return None
-    return None if found is None else str(found)
+        return mirror.merge_base(head, tip)
 
 
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
     """The imported commit a base stands for: the base itself, or, for a base commit of memsync's
     own, the tip it was made next to (its parent; None if nothing was imported then)."""
     with translated(f"reading the base commit {base}"):
-        commit = mirror._repo[base].peel(pygit2.Commit)
+        commit = mirror.commit(base)
         if not _is_base_message(commit.message):
             return base
         return str(commit.parent_ids[0]) if commit.parent_ids else None
@@ -182,7 +165,7 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
     if commit is None:
         return None, {}
     with translated(f"reading the base commit {commit}"):
-        message = mirror._repo[commit].peel(pygit2.Commit).message
+        message = mirror.commit(commit).message
     if not _is_base_message(message):
         files = tree_files(mirror, commit)
         kept = _kept_base_ids(mirror, commit)
@@ -270,11 +253,7 @@ def write_base(
 def build_tree(mirror: Mirror, blobs: Mapping[str, str]) -> str:
     """The tree id of ``{memory path: blob}``, at the paths' working-tree spellings."""
     spelled = spell_all(blobs)
-    index = pygit2.Index()
-    with translated("building a tree"):
-        for memory_path, blob in blobs.items():
-            index.add(pygit2.IndexEntry(spelled[memory_path], pygit2.Oid(hex=blob), FileMode.BLOB))
-        return str(index.write_tree(mirror._repo))
+    return mirror.write_tree({spelled[memory_path]: blob for memory_path, blob in blobs.items()})
 
 
 def _base_commit_for(
@@ -286,11 +265,7 @@ def _base_commit_for(
     message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
     stamp = int(when.timestamp())
     signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
-    parents = [pygit2.Oid(hex=tip)] if tip is not None else []
-    with translated("writing the base commit"):
-        return str(
-            mirror._repo.create_commit(None, signature, signature, message, pygit2.Oid(hex=tree), parents)
-        )
+    return mirror.create_commit(tree, [tip] if tip is not None else [], signature, message)
 
 
 def _is_base_message(message: str) -> bool:
@@ -319,8 +294,7 @@ def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
     The content index learns it too, so importing the version a push made with it fetches nothing.
     """
     sha = hashlib.sha256(data).hexdigest()
-    with translated("writing a blob"):
-        blob = str(mirror._repo.create_blob(data))
-        note_contents(mirror.state_dir / "content-index", {sha: blob})
+    blob = mirror.create_blob(data)
+    note_contents(mirror.state_dir / "content-index", {sha: blob})
     hashes.learn(blob, sha)
     return blob

@@ -33,7 +33,7 @@ from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove
-from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathListener, PathMap
@@ -149,16 +149,11 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
     ``since`` must be an ancestor of ``until`` (:func:`descends_from`); commits are read one at a
     time, so memory stays flat whatever the history's length.
     """
-    repo = mirror._repo
     tip = until or mirror.tip()
     if tip is None:
         return
     with translated(f"walking the history of {mirror.path}"):
-        order = pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE
-        walker = repo.walk(pygit2.Oid(hex=tip), order)
-        if since is not None:
-            walker.hide(pygit2.Oid(hex=since))
-        commits = iter(walker)
+        commits = mirror.walk(tip, since=since, oldest_first=True)
     while True:
         with translated(f"reading the history of {mirror.path}"):
             commit = next(commits, None)
@@ -188,12 +183,7 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
 
 def descends_from(mirror: Mirror, commit: str, ancestor: str) -> bool:
     """Whether ``ancestor`` is ``commit`` or one of its ancestors (False when either is unknown)."""
-    if commit == ancestor:
-        return True
-    try:
-        return bool(mirror._repo.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
-    except (pygit2.GitError, KeyError, ValueError):
-        return False
+    return mirror.is_ancestor(ancestor, commit)
 
 
 # --- the view repository -----------------------------------------------------------------------------
@@ -301,7 +291,7 @@ class View(GitStore):
 
     def _ensure_layout(self) -> None:
         self.state_dir.mkdir(exist_ok=True)
-        config = self._repo.config
+        config = self.config
         with translated("configuring the awareness view"):
             for key, value in _CONFIG.items():
                 if key not in config or config[key] != value:
@@ -319,17 +309,13 @@ class View(GitStore):
 
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        with translated("reading main"):
-            ref = self._repo.references.get(_MAIN_REF)
-            return None if ref is None else str(ref.resolve().target)
+        return self.ref_target(_MAIN_REF)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
-        with translated("reading HEAD"):
-            if self._repo.head_is_unborn:
-                return None
-            if self._repo.head_is_detached or self._repo.head.name != _MAIN_REF:
-                return "HEAD is not on main: run `git checkout main` in the view"
+        head = self.head()
+        if head.target is not None and head.branch != _MAIN_REF:
+            return "HEAD is not on main: run `git checkout main` in the view"
         return None
 
     def files(self, commit: str | None = None) -> dict[str, str]:
@@ -342,10 +328,8 @@ class View(GitStore):
         message lacks the view's format trailer (someone committed in the view)."""
         found = []
         with translated("reading the view's history"):
-            walker = self._repo.walk(pygit2.Oid(hex=tip), pygit2.enums.SortMode.TOPOLOGICAL)
-            if since is not None and self.is_ancestor(since, tip):
-                walker.hide(pygit2.Oid(hex=since))
-            for commit in walker:
+            hidden = since if since is not None and self.is_ancestor(since, tip) else None
+            for commit in self.walk(tip, since=hidden):
                 if _VIEW_TRAILER not in view_trailers(commit.message):
                     found.append(str(commit.id))
         return found
@@ -358,11 +342,7 @@ class View(GitStore):
         tip = self.tip()
         flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
         with translated("comparing the view's checkout with main"):
-            if tip is None:
-                tree = self._repo[self._repo.TreeBuilder().write()].peel(pygit2.Tree)
-            else:
-                tree = self._repo[tip].peel(pygit2.Tree)
-            diff = tree.diff_to_workdir(flags)
+            diff = self.tree(tip).diff_to_workdir(flags)
             found = []
             for delta in diff.deltas:
                 if delta.status in (DeltaStatus.ADDED, DeltaStatus.UNTRACKED):
@@ -400,14 +380,10 @@ class View(GitStore):
         Unchanged files follow; a file edited in the view (or in the way) stays as it is and shows as
         an edit against the new ``main`` — the view is read-only, and the edit is not lost either.
         """
-        repo = self._repo
         with translated("checking out the awareness view"):
-            if tip is None:
-                target = repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
-            else:
-                target = repo[tip].peel(pygit2.Tree)
+            target = self.tree(tip)
             conflicts = ConflictPaths()
-            repo.checkout_tree(
+            self.checkout(
                 target,
                 strategy=CheckoutStrategy.SAFE
                 | CheckoutStrategy.ALLOW_CONFLICTS
@@ -417,8 +393,7 @@ class View(GitStore):
             if conflicts.paths:
                 # Skipped files keep the user's bytes; the index takes main's entry, so git status
                 # shows the difference as the edit it is.
-                index = repo.index
-                index.read()
+                index = self.index()
                 for path in conflicts.paths:
                     try:
                         entry = target[path]
@@ -436,14 +411,11 @@ class View(GitStore):
             raise RefMoved(_MAIN_REF, expected, current)
         if tip == current:
             return
-        with translated("moving the view's main"):
-            if tip is None:
-                assert current is not None
-                run_git(self.path, ["update-ref", "-d", _MAIN_REF, current], action="emptying the view")
-            elif current is None:
-                self._repo.create_reference_direct(_MAIN_REF, tip, False)
-            else:
-                self._repo.references[_MAIN_REF].set_target(tip)
+        if tip is None:
+            assert current is not None
+            self.delete_ref_if_equals(_MAIN_REF, current)
+        else:
+            self.set_ref_if_equals(_MAIN_REF, tip, current, message="memsync: awareness view")
 
 
 class ViewWriter:

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pygit2
 from pygit2.enums import RepositoryState
 
 from memsync.errors import MirrorError, RuleViolation
-from memsync.mirror.errors import PathEncodingError, translated
+from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import escape_for_terminal
@@ -125,7 +124,6 @@ def scan_worktree(
     was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
     ``save_cache=False`` writes nothing (status, dry runs).
     """
-    repo = mirror._repo
     root = mirror.path
     cache = _StatCache(mirror, dialect, trusted=trust_cache)
     scan = WorktreeScan()
@@ -138,11 +136,11 @@ def scan_worktree(
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if is_ignored(mirror, tree_path) and not _tracked(repo, tree_path):
+            if is_ignored(mirror, tree_path) and not _tracked(mirror, tree_path):
                 continue
             scan.strays.append(StrayFile(tree_path, str(exc)))
             continue
-        if memory_path not in known and is_ignored(mirror, tree_path) and not _tracked(repo, tree_path):
+        if memory_path not in known and is_ignored(mirror, tree_path) and not _tracked(mirror, tree_path):
             continue
         other = seen.get(memory_path)
         if other is not None:
@@ -268,12 +266,9 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-def _tracked(repo: pygit2.Repository, tree_path: str) -> bool:
+def _tracked(mirror: Mirror, tree_path: str) -> bool:
     """Whether the index has the path (asked only for the few files git would ignore)."""
-    with translated("reading the index"):
-        index = repo.index
-        index.read(False)
-        return tree_path in index
+    return tree_path in mirror.index()
 
 
 def _kind(mode: int) -> str:
@@ -626,23 +621,22 @@ def head_problem(mirror: Mirror) -> str | None:
     A git operation in progress comes first: a rebase or a bisect also detaches HEAD, and the
     `git switch main` that a detached HEAD calls for is what git refuses in the middle of them.
     """
-    repo = mirror._repo
-    with translated("reading the state of the repository"):
-        state = RepositoryState(repo.state())
-        if state is not RepositoryState.NONE:
-            return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER
-        if repo.head_is_unborn:
-            return None
-        if repo.head_is_detached:
-            return (
-                f"HEAD is detached (at {str(repo.head.target)[:12]}) in the mirror, not on main, the"
-                " branch memsync syncs: run `git switch main` (to keep commits made there, run `git"
-                " branch NAME` first and merge it into main)" + _AFTER
-            )
-        if repo.head.name != mirror.MAIN_REF:
-            branch = escape_for_terminal(repo.head.shorthand)
-            return (
-                f"HEAD is on the branch `{branch}` in the mirror, not on main, the branch memsync syncs:"
-                f" run `git switch main` (then `git merge {branch}` to bring its changes along)" + _AFTER
-            )
+    head = mirror.head()
+    state = head.state
+    if state is not RepositoryState.NONE:
+        return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER
+    if head.target is None:
+        return None
+    if head.branch is None:
+        return (
+            f"HEAD is detached (at {head.target[:12]}) in the mirror, not on main, the"
+            " branch memsync syncs: run `git switch main` (to keep commits made there, run `git"
+            " branch NAME` first and merge it into main)" + _AFTER
+        )
+    if head.branch != mirror.MAIN_REF:
+        branch = escape_for_terminal(head.shorthand or head.branch)
+        return (
+            f"HEAD is on the branch `{branch}` in the mirror, not on main, the branch memsync syncs:"
+            f" run `git switch main` (then `git merge {branch}` to bring its changes along)" + _AFTER
+        )
     return None
