@@ -43,7 +43,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "backup": (
         "backup.pulled",  # a store's pull done, nothing pushed (sync/backup.py)
         "backup.remote_initialised",  # a local remote made whole at its temporary name, not renamed
-        "backup.remote_created",  # a local remote created empty, nothing pushed (mirror/remote.py)
+        "backup.remote_created",  # a local remote created empty, nothing pushed (mirror/backups.py)
         "backup.prune_noted",  # a forced update is owed a prune (.git/memsync/backup-prune-pending)
         "backup.remote_pushed",  # a remote's refs moved; a forced update not pruned yet
         "backup.remote_pruned",  # a local remote pruned, the note not cleared

@@ -36,31 +36,31 @@ import httpx
 
 from memsync.errors import ApiError, AuthenticationFailed
 
-_F = TypeVar("_F", bound="_Failure")
+_F = TypeVar("_F", bound="Failure")
 
 # A server's message is shown to users: keep it to one readable line.
 _MAX_SERVER_MESSAGE_CHARS = 300
 
 
-class _Failure(ApiError):
+class Failure(ApiError):
     """What every memsync.api error carries beyond :class:`memsync.errors.ApiError`."""
 
     attempts: int = 1
 
 
-class AuthenticationError(AuthenticationFailed, _Failure):
+class AuthenticationError(AuthenticationFailed, Failure):
     """The API refused the token (401) or its permissions (403)."""
 
 
-class BadRequest(_Failure):
+class BadRequest(Failure):
     """The API refused the request as invalid (400, 413, 422 or another 4xx)."""
 
 
-class NotFound(_Failure):
+class NotFound(Failure):
     """The store, memory or version does not exist (any more)."""
 
 
-class Conflict(_Failure):
+class Conflict(Failure):
     """409: the request conflicts with the store's current state."""
 
 
@@ -83,17 +83,17 @@ class StoreArchived(Conflict):
     """The store is archived: its memories can be read but not written."""
 
 
-class RateLimited(_Failure):
+class RateLimited(Failure):
     """429 after the retry budget ran out. ``retry_after`` is the server's hint in seconds, if any."""
 
     retry_after: float | None = None
 
 
-class ServerError(_Failure):
+class ServerError(Failure):
     """The API failed (5xx or 529) on every attempt the retry budget allowed."""
 
 
-class TransportError(_Failure):
+class TransportError(Failure):
     """No HTTP answer: the connection failed, dropped or timed out.
 
     ``retryable`` is False when retrying cannot help (a malformed base URL).
@@ -102,7 +102,7 @@ class TransportError(_Failure):
     retryable: bool = True
 
 
-class InvalidResponse(_Failure):
+class InvalidResponse(Failure):
     """The API answered something memsync refuses: malformed JSON, wrong types, hostile paths, a body
     over the size cap, pagination that loops or never ends."""
 
@@ -133,7 +133,7 @@ def one_line(text: str, secret: str | None = None) -> str:
 
 def error_for_status(
     status: int, error_type: str | None, message: str, request_id: str | None, *, what: str
-) -> _Failure:
+) -> Failure:
     """The error for an HTTP error answer. The status decides; the type only refines 409
     (docs/api-contract.md §5)."""
     text = f"{what}: HTTP {status}"
@@ -143,7 +143,7 @@ def error_for_status(
         text += f": {message}"
     if request_id:
         text += f" (request id {request_id})"
-    cls: type[_Failure]
+    cls: type[Failure]
     if status in (401, 403):
         cls = AuthenticationError
         text += "; check the token and its permissions"
@@ -169,7 +169,7 @@ def refine(error: ApiError, cls: type[_F], note: str | None = None) -> _F:
     """``error`` re-expressed as the more precise ``cls`` (same status, type, request id, attempts)."""
     message = error.message if note is None else f"{error.message}; {note}"
     refined = cls(message, status=error.status, error_type=error.error_type, request_id=error.request_id)
-    refined.attempts = error.attempts if isinstance(error, _Failure) else 1
+    refined.attempts = error.attempts if isinstance(error, Failure) else 1
     return refined
 
 
@@ -187,7 +187,7 @@ def translated_transport_errors(what: str, secret: str) -> Iterator[None]:
         raise _translated(exc, what, one_line(str(exc), secret)) from None
 
 
-def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -> _Failure:
+def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -> Failure:
     name = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         return TransportError(f"{what}: timed out ({name})")

@@ -30,7 +30,7 @@ from memsync.api._errors import (
     RateLimited,
     ServerError,
     TransportError,
-    _Failure,
+    Failure,
     error_for_status,
     one_line,
     translated_transport_errors,
@@ -86,7 +86,7 @@ class Answer:
 
 @dataclass(frozen=True)
 class _Failed:
-    error: _Failure
+    error: Failure
     retryable: bool
     retry_after: float | None = None
 
@@ -276,7 +276,7 @@ class Transport:
         except TransportError as lost:
             lost.attempts = attempt
             return _Failed(lost, retryable=lost.retryable)
-        except _Failure as refused:
+        except Failure as refused:
             refused.attempts = attempt
             raise
         # What httpx.Client logged for each request, said once here (never a header: they carry the token).
@@ -327,7 +327,7 @@ class Transport:
             )
         return data
 
-    def _error(self, response: httpx.Response, body: bytes, what: str, request_id: str | None) -> _Failure:
+    def _error(self, response: httpx.Response, body: bytes, what: str, request_id: str | None) -> Failure:
         error_type: str | None = None
         message = ""
         try:

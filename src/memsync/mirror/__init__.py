@@ -1,4 +1,4 @@
-"""memsync.mirror: one git repository per memory store (design.md §2-§3; docs/mirror.md).
+"""memsync.mirror: one git repository per memory store (docs/design.md §2-§3; docs/mirror.md).
 
 The only package that imports pygit2. It encodes memory paths for git, writes one deterministic
 commit per memory version straight into packs, keeps the refs, reads the import checkpoint back from
@@ -7,6 +7,16 @@ engine it reads snapshots of commits and of the working tree, writes the checkou
 records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
 """
 
+from memsync.mirror.backups import (
+    BackupRepository,
+    BackupTarget,
+    ImportedCommit,
+    PushResult,
+    RefPush,
+    TreeFiles,
+    backup_refs,
+    push_mirror,
+)
 from memsync.mirror.branch import PUSHED_PREFIX, MainRewind, align_index, main_rewind, pushed_refs, reset_main
 from memsync.mirror.checkout import CheckoutUpdate
 from memsync.mirror.conflicts import (
@@ -45,16 +55,6 @@ from memsync.mirror.paths import (
     quote_for_message,
     suggest_tree_path,
     tree_layout_problems,
-)
-from memsync.mirror.remote import (
-    BackupRepository,
-    BackupTarget,
-    ImportedCommit,
-    PushResult,
-    RefPush,
-    TreeFiles,
-    backup_refs,
-    push_mirror,
 )
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import (

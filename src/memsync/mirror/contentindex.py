@@ -20,11 +20,8 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import pygit2
-
 from memsync.mirror.errors import FormatError
-from memsync.mirror.gitstore import GitStore
-from memsync.mirror.paths import encode_path
+from memsync.mirror.gitstore import GitStore, blob_at
 from memsync.mirror.trailers import parse_message
 
 SCHEMA_VERSION = 1
@@ -157,7 +154,7 @@ class ContentIndex:
                 continue
             if trailers.memory_path is None or trailers.operation == "deleted" or trailers.skipped:
                 continue
-            blob = _blob_at(commit.tree, trailers.memory_path)
+            blob = blob_at(commit.tree, trailers.memory_path)
             if blob is not None:
                 yield hashlib.sha256(blob.data).hexdigest(), str(blob.id)
 
@@ -180,15 +177,3 @@ def discard(path: Path) -> None:
     for suffix in SIDE_FILES:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
     path.unlink(missing_ok=True)
-
-
-def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
-    # The file is spelled with the %_ suffix exactly when a directory of the same name exists.
-    for suffixed in (False, True):
-        try:
-            entry = tree[encode_path(memory_path, directory_sibling=suffixed)]
-        except KeyError:
-            continue
-        if isinstance(entry, pygit2.Blob):
-            return entry
-    return None

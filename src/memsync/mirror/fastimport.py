@@ -23,7 +23,7 @@ from typing import IO
 import pygit2
 
 from memsync.errors import MirrorError
-from memsync.mirror.gitbinary import _NO_HOOKS, git_environment, require_git
+from memsync.mirror.gitbinary import NO_HOOKS, git_environment, require_git
 
 SCRATCH_REF = "refs/memsync/importing"
 MODE_FILE = "100644"
@@ -93,7 +93,7 @@ class FastImport:
         self._process = subprocess.Popen(
             [
                 "git",
-                *_NO_HOOKS,
+                *NO_HOOKS,
                 # Always a pack, however small the batch: git would leave a batch of under 100
                 # objects loose, and a daemon's small pulls would pile up loose files.
                 "-c",

@@ -1,6 +1,6 @@
 """The ``git`` binary: a run-time dependency for what pygit2 cannot do (repack, fsck, index-pack).
 
-memsync checks for it once per process and says clearly what is missing (design.md §3).
+memsync checks for it once per process and says clearly what is missing (docs/design.md §3).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def require_git() -> None:
 
 # memsync's own git commands in a mirror must not run the user's global hooks or fsmonitor: update-ref
 # would run a reference-transaction hook, gc the fsmonitor command.
-_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
@@ -84,7 +84,7 @@ def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
     words. Bytes that are not UTF-8 (a path's) come back surrogate-escaped instead of raising."""
     require_git()
     result = subprocess.run(
-        ["git", *_NO_HOOKS, "-C", str(repo), *args],
+        ["git", *NO_HOOKS, "-C", str(repo), *args],
         capture_output=True,
         text=True,
         errors="surrogateescape",

@@ -19,6 +19,7 @@ from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.gitrepo import open_repository
+from memsync.mirror.paths import encode_path
 
 # How many packs a repository may hold before git repacks it (see GitStore.repack). One thread: the
 # machines memsync runs on are small, and each pack-objects thread has its own delta window.
@@ -436,3 +437,16 @@ def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
             yield from walk_tree(item, name + "/")
         elif isinstance(item, pygit2.Blob):
             yield name, str(item.id)
+
+
+def blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
+    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there."""
+    # The file carries the %_ suffix exactly when a directory of the same name exists beside it.
+    for suffixed in (False, True):
+        try:
+            entry = tree[encode_path(memory_path, directory_sibling=suffixed)]
+        except KeyError:
+            continue
+        if isinstance(entry, pygit2.Blob):
+            return entry
+    return None

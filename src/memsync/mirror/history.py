@@ -1,6 +1,6 @@
 """Imported history: one deterministic commit per memory version, written straight into packs.
 
-The commit for a version is a pure function of the versions before it (design.md §2): its tree is
+The commit for a version is a pure function of the versions before it (docs/design.md §2): its tree is
 the parent tree with that memory's file set, moved or removed; author and committer are the record's
 identity at ``created_at`` (whole seconds, ``+0000``); the message is a summary line and the trailers
 of :mod:`memsync.mirror.trailers`. Two fresh mirrors fed the same records, or one resumed from its
@@ -241,7 +241,7 @@ class HistoryWriter:
         self._batch_commits = batch_commits
         self._batch_bytes = batch_bytes
         self._expected = mirror.ref_target(self._ref)
-        self._paths = mirror._path_map_at(self._expected).copy()
+        self._paths = mirror.path_map_at(self._expected).copy()
         self._paths.listener = self
         self._stream: FastImport | None = None
         self._changes: list[Change] = []  # the file changes of the commit being built
@@ -283,7 +283,7 @@ class HistoryWriter:
             return True
         if sha256 in self._absent:
             return False
-        if self._mirror._blob_for_sha256_at(sha256, self._expected) is not None:
+        if self._mirror.blob_for_sha256_at(sha256, self._expected) is not None:
             return True
         # The engine asks about a segment's versions, then adds them: remembering the misses
         # spares the index a second query per new content in _blob_for. Bounded, and cleared of
@@ -392,7 +392,7 @@ class HistoryWriter:
             self._broken = str(exc)
             raise
         crash_point("mirror.ref_moved")
-        self._mirror._checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
+        self._mirror.checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         if self._ref == self._mirror.MEMSTORE_REF:
             facts = HistoryFacts()
             if self._root_mark is not None:
@@ -489,8 +489,8 @@ class HistoryWriter:
                     record, f"its content hashes to {sha}, not to its content_sha256 {record.content_sha256}"
                 )
             known = self._new_content.get(sha)
-            if known is None and sha not in self._absent and self._mirror._content_index_has(sha):
-                known = self._mirror._blob_for_sha256_at(sha, self._expected)
+            if known is None and sha not in self._absent and self._mirror.content_known(sha):
+                known = self._mirror.blob_for_sha256_at(sha, self._expected)
             if known is None:
                 # fast-import stores a blob the repository already holds only once, too; not
                 # streaming a known content spares the pipe its bytes.

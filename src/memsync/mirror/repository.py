@@ -300,19 +300,19 @@ class Mirror(GitStore):
 
     def blob_for_sha256(self, sha256: str) -> str | None:
         """The blob holding the content with this SHA-256, if the mirror has it: fetch it otherwise."""
-        return self._blob_for_sha256_at(sha256, self.tip())
+        return self.blob_for_sha256_at(sha256, self.tip())
 
-    def _blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
+    def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
         # A writer knows the tip it flushed last: no ref read per content asked about.
         return self._content.lookup(sha256.lower(), tip)
 
-    def _content_index_has(self, sha256: str) -> bool:
+    def content_known(self, sha256: str) -> bool:
         return self._content.knows(sha256)
 
     def paths(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""
         target = commit or self.tip()
-        return self._path_map_at(target).as_dict()
+        return self.path_map_at(target).as_dict()
 
     def files(self, commit: str) -> dict[str, str]:
         """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
@@ -325,7 +325,7 @@ class Mirror(GitStore):
         commits or ``batch_bytes`` of content."""
         return HistoryWriter(self, batch_commits=batch_commits, batch_bytes=batch_bytes)
 
-    def _path_map_at(self, tip: str | None) -> PathMap:
+    def path_map_at(self, tip: str | None) -> PathMap:
         if tip is None:
             return PathMap()
         if self._path_map_cache is not None and self._path_map_cache[0] == tip:
@@ -362,7 +362,7 @@ class Mirror(GitStore):
             json.dump({"format": 1, "tip": tip, "paths": paths.view()}, out)
         os.replace(tmp, cache_file)
 
-    def _checkpoint_written(
+    def checkpoint_written(
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
     ) -> None:
         """Bring the caches up to a tip a writer just moved ``ref`` to."""

@@ -1,6 +1,6 @@
 """Rewriting a mirror after a redaction, so the redacted content is in no object of the repository.
 
-design.md §2, "Redaction propagates": the commits from the first redacted version on are derived
+docs/design.md §2, "Redaction propagates": the commits from the first redacted version on are derived
 again by the deterministic :class:`HistoryWriter`, from the parent of the first affected commit,
 with the redacted versions now recorded as redacted. The result has the commit ids a fresh import
 made after the redaction would have. Everything else that points into the old history follows:
@@ -44,8 +44,9 @@ import pygit2
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
+from memsync.mirror.gitstore import blob_at
 from memsync.mirror.history import FACTS_FILE, HistoryWriter, VersionRecord, apply_trailers
-from memsync.mirror.paths import encode_path, quote_for_message, unquote_from_message
+from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
 
 if TYPE_CHECKING:
@@ -333,18 +334,6 @@ class _History:
         return cls(found)
 
 
-def _blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
-    # The file carries the %_ suffix exactly when a directory of the same name exists beside it.
-    for suffixed in (False, True):
-        try:
-            entry = tree[encode_path(memory_path, directory_sibling=suffixed)]
-        except KeyError:
-            continue
-        if isinstance(entry, pygit2.Blob):
-            return entry
-    return None
-
-
 def _wrote_content(trailers: Trailers) -> bool:
     """Whether the commit set its memory's file (a redacted one: to the content the memory served)."""
     return trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None
@@ -356,7 +345,7 @@ def _written_blob(mirror: Mirror, old: _OldCommit) -> list[str]:
     if trailers.memory_path is None or trailers.operation == "deleted" or trailers.skipped is not None:
         return []
     with translated(f"reading commit {old.id}"):
-        blob = _blob_at(mirror.tree(old.id), trailers.memory_path)
+        blob = blob_at(mirror.tree(old.id), trailers.memory_path)
     return [str(blob.id)] if blob is not None else []
 
 
@@ -440,7 +429,7 @@ def _derive(
     if parent is not None:
         mirror.set_ref_if_equals(WORK_REF, parent, None, message="memsync: rewrite after a redaction")
     # The old history's path map, to recover what each commit's summary line was made from.
-    known = mirror._path_map_at(parent).copy()
+    known = mirror.path_map_at(parent).copy()
     writer = HistoryWriter(mirror, ref=WORK_REF, keep_ids=True)
     for old in history.commits[start:]:
         version = old.trailers.version_id

@@ -1,6 +1,6 @@
 """The checkout's files as memories: reading them safely, and writing what reconciling decides.
 
-**What is a memory** (design.md §2, "The checkout is plain bytes"). A regular file of the working tree
+**What is a memory** (docs/design.md §2, "The checkout is plain bytes"). A regular file of the working tree
 whose path decodes to a memory path. Symlinks, fifos, sockets and devices are reported, never read and
 never followed (``lstat`` decides, and files are opened with ``O_NOFOLLOW``, so a link swapped in
 after the ``lstat`` is still not followed). File modes are ignored. What :mod:`memsync.mirror.ignores`

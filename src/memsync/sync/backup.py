@@ -5,7 +5,7 @@ A remote's ``url`` is a template: ``{store_id}`` and ``{name}`` (the store's nam
 are filled in per store. Two stores that would land on one URL are refused, and said so, rather than
 mixed into one repository. A store deleted remotely still gets its last mirror backed up (its name
 comes from the mirror's metadata branch). How a push works, what it pushes and how it authenticates
-is :mod:`memsync.mirror.remote`'s business; this module decides which store goes where and reports.
+is :mod:`memsync.mirror.backups`'s business; this module decides which store goes where and reports.
 """
 
 from __future__ import annotations

@@ -50,12 +50,12 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitrepo import is_repository, open_repository
-from memsync.mirror.gitstore import GitStore
+from memsync.mirror.gitstore import GitStore, blob_at
 from memsync.mirror.history import PathMap, replay
 from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
 from memsync.mirror.repository import ImportedVersion, Mirror
-from memsync.mirror.rewrite import _blob_at, superseded_commits
+from memsync.mirror.rewrite import superseded_commits
 from memsync.mirror.trailers import Trailers, parse_message
 
 TargetKind = Literal["local", "ssh", "http", "git"]
@@ -603,7 +603,7 @@ class BackupRepository(GitStore):
 def _imported(commit: str, trailers: Trailers, tree: pygit2.Tree) -> ImportedCommit:
     blob: str | None = None
     if trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None:
-        found = _blob_at(tree, trailers.memory_path)
+        found = blob_at(tree, trailers.memory_path)
         blob = str(found.id) if found is not None else None
     version = ImportedVersion.from_trailers(commit, trailers)
     return ImportedCommit(**{item.name: getattr(version, item.name) for item in fields(version)}, blob=blob)
