@@ -26,11 +26,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from memsync.api._errors import (
+    Failure,
     InvalidResponse,
     RateLimited,
     ServerError,
     TransportError,
-    Failure,
     error_for_status,
     one_line,
     translated_transport_errors,
