@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memsync.daemon import _inotify as inotify
+import memsync.daemon._inotify as inotify
 from memsync.daemon._baseline import CheckoutBaseline
 from memsync.daemon._debounce import Debouncer
 

@@ -18,7 +18,7 @@ from memsync.mirror.backups import (
     push_mirror,
 )
 from memsync.mirror.branch import PUSHED_PREFIX, MainRewind, align_index, main_rewind, pushed_refs, reset_main
-from memsync.mirror.checkout import CheckoutUpdate
+from memsync.mirror.checkout import CheckoutUpdate, head_problem
 from memsync.mirror.conflicts import (
     CONFLICTS_PREFIX,
     RESOLVED_PREFIX,
@@ -103,7 +103,6 @@ from memsync.mirror.worktree import (
     WorktreeScan,
     apply_checkout,
     current_sha256,
-    head_problem,
     locate,
     read_worktree,
     scan_worktree,

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pygit2
-from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, RepositoryState
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.worktree import head_problem
+from memsync.mirror.paths import escape_for_terminal
+from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 
 if TYPE_CHECKING:
-    from memsync.mirror.repository import Mirror
+    from memsync.mirror.gitstore import GitStore
 
 log = logging.getLogger(__name__)
 
@@ -75,21 +76,21 @@ class ConflictPaths(pygit2.CheckoutCallbacks):
             crash_point("checkout.file_written")
 
 
-def _reconciled_base(mirror: Mirror, head: str) -> str | None:
+def _reconciled_base(mirror: GitStore, head: str) -> str | None:
     """The base to diff ``main`` against: ``refs/memsync/base``, or, when that ref was lost, the
     last commit ``main`` shares with the imported history (so imported commits never count as local).
     """
-    base = mirror.ref_target(mirror.BASE_REF)
+    base = mirror.ref_target(BASE_REF)
     if base is not None:
         return base
-    tip = mirror.tip()
+    tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return None
     with translated("finding where main left the imported history"):
         return mirror.merge_base(head, tip)
 
 
-def local_changes(mirror: Mirror) -> tuple[str, ...]:
+def local_changes(mirror: GitStore) -> tuple[str, ...]:
     """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
     in_checkout: set[str] = set()
     committed: set[str] = set()
@@ -97,7 +98,7 @@ def local_changes(mirror: Mirror) -> tuple[str, ...]:
         for path, flags in mirror.status().items():
             if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
                 in_checkout.add(path)
-        head = mirror.ref_target(mirror.MAIN_REF)
+        head = mirror.ref_target(MAIN_REF)
         if head is not None:
             base = _reconciled_base(mirror, head)
             if head != base:
@@ -123,14 +124,14 @@ _WORKTREE_CHANGES = (
 )
 
 
-def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
+def _left_at_tip(mirror: GitStore, head: str | None) -> bool:
     """Whether index and working tree are exactly the imported tip, with main behind it.
 
     That is what a kill leaves between :func:`update_checkout` writing the tip's tree and moving
     ``main`` and the base: nothing of it is the user's, and reporting it as local changes would
     keep the checkout from ever reaching the tip again.
     """
-    tip = mirror.tip()
+    tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     with translated("comparing the checkout with the imported tip"):
@@ -139,7 +140,7 @@ def _left_at_tip(mirror: Mirror, head: str | None) -> bool:
     return not any(flags & _WORKTREE_CHANGES for flags in mirror.status().values())
 
 
-def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
+def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     """Whether each of ``paths`` already holds what the imported tip holds there.
 
     That is what a kill leaves part way through :func:`update_checkout` writing the tip's tree:
@@ -148,7 +149,7 @@ def _toward_tip(mirror: Mirror, head: str | None, paths: set[str]) -> bool:
     rather than report the tip's own files as local changes. A file that matches neither (an edit)
     makes this False, and with it nothing is overwritten.
     """
-    tip = mirror.tip()
+    tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     tree = mirror.tree(tip)
@@ -181,7 +182,7 @@ _CHECKOUT_MARK = "checkout-pid"
 
 
 @contextlib.contextmanager
-def _marked_checkout(mirror: Mirror) -> Iterator[None]:
+def _marked_checkout(mirror: GitStore) -> Iterator[None]:
     """Within the block ``.git/memsync/checkout-pid`` names this process as the one writing the tree.
 
     libgit2 holds ``.git/index.lock`` for the whole checkout; a kill leaves it behind, and git (like
@@ -197,7 +198,7 @@ def _marked_checkout(mirror: Mirror) -> Iterator[None]:
         mark.unlink(missing_ok=True)
 
 
-def _killed_checkout(mirror: Mirror) -> float | None:
+def _killed_checkout(mirror: GitStore) -> float | None:
     """When a checkout of this mirror was killed part way: the time it started, else None.
 
     The mark names a process that no longer exists; the store lock keeps any other memsync out, so
@@ -218,7 +219,7 @@ def _killed_checkout(mirror: Mirror) -> float | None:
     return None  # alive (or the pid was reused): not ours to judge
 
 
-def _clear_killed_checkout(mirror: Mirror) -> None:
+def _clear_killed_checkout(mirror: GitStore) -> None:
     """Delete the ``index.lock`` a killed checkout of this mirror left, and only that one.
 
     It is that one when no older than the killed checkout's mark. A lock of a git command started
@@ -241,9 +242,9 @@ def _starts(path: str, data: bytes) -> bool:
     return len(head) < len(data) and data.startswith(head)
 
 
-def update_checkout(mirror: Mirror) -> CheckoutUpdate:
+def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
-    tip = mirror.tip()
+    tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
     _clear_killed_checkout(mirror)
@@ -257,8 +258,8 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
         return CheckoutUpdate(
             updated=False, tip=tip, local_changes=changes, reason="local changes are pending"
         )
-    head = mirror.ref_target(mirror.MAIN_REF)
-    base = mirror.ref_target(mirror.BASE_REF)
+    head = mirror.ref_target(MAIN_REF)
+    base = mirror.ref_target(BASE_REF)
     if head is not None and head != tip and not mirror.is_ancestor(head, tip):
         return CheckoutUpdate(
             updated=False, tip=tip, diverged=True, reason="main has commits that memstore/main lacks"
@@ -304,8 +305,73 @@ def update_checkout(mirror: Mirror) -> CheckoutUpdate:
                     reason="files are in the way",
                 )
         crash_point("checkout.tree_written")
-        mirror.set_ref_if_equals(mirror.MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
+        mirror.set_ref_if_equals(MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
         crash_point("checkout.main_moved")
     if base != tip:
-        mirror.set_ref_if_equals(mirror.BASE_REF, tip, base, message="memsync: checkout reconciled")
+        mirror.set_ref_if_equals(BASE_REF, tip, base, message="memsync: checkout reconciled")
     return CheckoutUpdate(updated=True, tip=tip)
+
+
+# What ends each git operation, named as git itself says it: "finish" first, then "undo".
+_IN_PROGRESS: dict[RepositoryState, str] = {
+    RepositoryState.MERGE: (
+        "a git merge is in progress in the mirror: finish it (resolve any conflicts, `git add` the"
+        " files, then `git commit`) or undo it with `git merge --abort`"
+    ),
+    RepositoryState.REVERT: (
+        "a git revert is in progress in the mirror: finish it with `git revert --continue` (after"
+        " resolving any conflicts and `git add`) or undo it with `git revert --abort`"
+    ),
+    RepositoryState.CHERRYPICK: (
+        "a git cherry-pick is in progress in the mirror: finish it with `git cherry-pick --continue`"
+        " (after resolving any conflicts and `git add`) or undo it with `git cherry-pick --abort`"
+    ),
+    RepositoryState.BISECT: (
+        "a git bisect is in progress in the mirror: end it with `git bisect reset`, which returns to main"
+    ),
+    RepositoryState.REBASE: (
+        "a git rebase is in progress in the mirror: finish it with `git rebase --continue` (after"
+        " resolving any conflicts and `git add`) or undo it with `git rebase --abort`"
+    ),
+    RepositoryState.APPLY_MAILBOX: (
+        "a git am is in progress in the mirror: finish it with `git am --continue` (after resolving"
+        " any conflicts and `git add`) or undo it with `git am --abort`"
+    ),
+    RepositoryState.APPLY_MAILBOX_OR_REBASE: (
+        "a git rebase or git am is in progress in the mirror: finish it with `git rebase --continue`"
+        " (or `git am --continue`) or undo it with `git rebase --abort` (or `git am --abort`)"
+    ),
+}
+# The sequencer's multi-commit forms end with the same commands.
+_IN_PROGRESS[RepositoryState.REVERT_SEQUENCE] = _IN_PROGRESS[RepositoryState.REVERT]
+_IN_PROGRESS[RepositoryState.CHERRYPICK_SEQUENCE] = _IN_PROGRESS[RepositoryState.CHERRYPICK]
+_IN_PROGRESS[RepositoryState.REBASE_INTERACTIVE] = _IN_PROGRESS[RepositoryState.REBASE]
+_IN_PROGRESS[RepositoryState.REBASE_MERGE] = _IN_PROGRESS[RepositoryState.REBASE]
+_AFTER = ", then sync again"
+
+
+def head_problem(mirror: GitStore) -> str | None:
+    """Why the checkout cannot be reconciled now, naming the git command that ends it; or None.
+
+    A git operation in progress comes first: a rebase or a bisect also detaches HEAD, and the
+    `git switch main` that a detached HEAD calls for is what git refuses in the middle of them.
+    """
+    head = mirror.head()
+    state = head.state
+    if state is not RepositoryState.NONE:
+        return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER
+    if head.target is None:
+        return None
+    if head.branch is None:
+        return (
+            f"HEAD is detached (at {head.target[:12]}) in the mirror, not on main, the"
+            " branch memsync syncs: run `git switch main` (to keep commits made there, run `git"
+            " branch NAME` first and merge it into main)" + _AFTER
+        )
+    if head.branch != MAIN_REF:
+        branch = escape_for_terminal(head.shorthand or head.branch)
+        return (
+            f"HEAD is on the branch `{branch}` in the mirror, not on main, the branch memsync syncs:"
+            f" run `git switch main` (then `git merge {branch}` to bring its changes along)" + _AFTER
+        )
+    return None

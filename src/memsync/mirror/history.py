@@ -22,13 +22,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
 from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
+from memsync.mirror.refs import MEMSTORE_REF
 from memsync.mirror.trailers import (
     ID_PATTERN,
     OPERATIONS,
@@ -42,8 +43,9 @@ from memsync.mirror.trailers import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from memsync.mirror.gitstore import GitStore
-    from memsync.mirror.repository import Mirror
 
 # The identity of versions no actor is known for (Forward and Cloud record none).
 DEFAULT_AUTHOR_NAME = "memsync"
@@ -63,7 +65,7 @@ class VersionRecord:
 
     ``path`` is the canonical relative memory path (None when a redacted Anthropic version lost it);
     ``content`` the version's bytes. For a live version without ``content`` the writer reuses the
-    blob the mirror already holds for ``content_sha256`` (see :meth:`Mirror.blob_for_sha256`); a
+    blob the mirror already holds for ``content_sha256`` (see ``Mirror.blob_for_sha256``); a
     redacted version without ``content`` leaves the memory's file as it was, and with ``content``
     (the memory's current content, same hash) writes it. ``skipped`` versions change no file and
     are marked ``Memsync-Skipped: <skip_reason>``. ``created_at`` must be timezone-aware.
@@ -218,6 +220,31 @@ def _clean_identity(text: str, fallback: str) -> str:
     return cleaned or fallback
 
 
+class ImportTarget(Protocol):
+    """What the writer needs of the mirror it writes into (:class:`memsync.mirror.Mirror` is one):
+    its refs and objects, and the caches an import keeps up to date."""
+
+    state_dir: Path
+
+    def ref_target(self, name: str) -> str | None: ...
+    def set_ref_if_equals(
+        self, name: str, new: str, expected_old: str | None, *, message: str = ...
+    ) -> None: ...
+    def read_blob(self, blob_id: str) -> bytes: ...
+    def fast_import(self) -> FastImport: ...
+    def repack(self) -> bool: ...
+    def path_map_at(self, tip: str | None) -> PathMap: ...
+    def checkpoint_written(
+        self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
+    ) -> None: ...
+    def content_known(self, sha256: str) -> bool: ...
+    def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None: ...
+    def blob_for_sha256(self, sha256: str) -> str | None: ...
+
+
+_Stateful: TypeAlias = "ImportTarget | GitStore"  # where the history's facts are cached (its state_dir)
+
+
 class HistoryWriter:
     """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
 
@@ -229,7 +256,7 @@ class HistoryWriter:
 
     def __init__(
         self,
-        mirror: Mirror,
+        mirror: ImportTarget,
         *,
         ref: str | None = None,
         batch_commits: int = DEFAULT_BATCH_COMMITS,
@@ -237,7 +264,7 @@ class HistoryWriter:
         keep_ids: bool = False,
     ) -> None:
         self._mirror = mirror
-        self._ref = ref or mirror.MEMSTORE_REF
+        self._ref = ref or MEMSTORE_REF
         self._batch_commits = batch_commits
         self._batch_bytes = batch_bytes
         self._expected = mirror.ref_target(self._ref)
@@ -393,7 +420,7 @@ class HistoryWriter:
             raise
         crash_point("mirror.ref_moved")
         self._mirror.checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
-        if self._ref == self._mirror.MEMSTORE_REF:
+        if self._ref == MEMSTORE_REF:
             facts = HistoryFacts()
             if self._root_mark is not None:
                 facts.root, facts.truncated = ids[self._root_mark[0]], self._root_mark[1]
@@ -581,10 +608,10 @@ class HistoryFacts:
 FACTS_FILE = "history-facts.json"
 
 
-def history_facts(mirror: Mirror, *, save: bool = True) -> HistoryFacts:
+def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
     """The facts of ``memstore/main`` as it is now (see :class:`HistoryFacts`); ``save=False`` for
     readers that must write nothing (``memsync status``)."""
-    tip = mirror.tip()
+    tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return HistoryFacts()
     cached_tip, facts = _load_facts(mirror)
@@ -608,7 +635,7 @@ def history_facts(mirror: Mirror, *, save: bool = True) -> HistoryFacts:
     return facts
 
 
-def _record_facts(mirror: Mirror, previous: str | None, tip: str, batch: HistoryFacts) -> None:
+def _record_facts(mirror: _Stateful, previous: str | None, tip: str, batch: HistoryFacts) -> None:
     """Extend the cached facts at ``previous`` by a batch just written on top of it."""
     if previous is None:
         _save_facts(mirror, tip, batch)
@@ -623,7 +650,7 @@ def _record_facts(mirror: Mirror, previous: str | None, tip: str, batch: History
     _save_facts(mirror, tip, facts)
 
 
-def _load_facts(mirror: Mirror) -> tuple[str | None, HistoryFacts | None]:
+def _load_facts(mirror: _Stateful) -> tuple[str | None, HistoryFacts | None]:
     try:
         data = json.loads((mirror.state_dir / FACTS_FILE).read_text(encoding="utf-8"))
         if data.get("format") != 1:
@@ -638,7 +665,7 @@ def _load_facts(mirror: Mirror) -> tuple[str | None, HistoryFacts | None]:
         return None, None
 
 
-def _save_facts(mirror: Mirror, tip: str, facts: HistoryFacts) -> None:
+def _save_facts(mirror: _Stateful, tip: str, facts: HistoryFacts) -> None:
     target = mirror.state_dir / FACTS_FILE
     tmp = target.with_suffix(".tmp")
     tmp.write_text(

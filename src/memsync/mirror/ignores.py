@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from memsync.mirror.errors import translated
 
 if TYPE_CHECKING:
-    from memsync.mirror.repository import Mirror
+    from memsync.mirror.gitstore import GitStore
 
 # gitignore syntax. An exact count of characters is spelt as that many bracket expressions, so only
 # the names those tools make match (a memory named ``tmp`` or ``sediment`` is a memory).
@@ -81,7 +81,7 @@ def is_ignore_file(tree_path: str) -> bool:
     return PurePosixPath(tree_path).name == IGNORE_FILE
 
 
-def is_ignored(mirror: Mirror, tree_path: str) -> bool:
+def is_ignored(mirror: GitStore, tree_path: str) -> bool:
     """Whether an untracked file at ``tree_path`` is left out: a ``.gitignore``, or a path git ignores.
 
     Only the caller knows whether the path is a memory already (tracked, in the base or the store),

@@ -20,13 +20,12 @@ import pygit2
 from memsync.errors import UnsafeInput
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
+from memsync.mirror.refs import METADATA_REF
 from memsync.mirror.trailers import ID_PATTERN
 
 if TYPE_CHECKING:
     from memsync.mirror.gitstore import GitStore
-    from memsync.mirror.repository import Mirror
 
-METADATA_REF = "refs/heads/memsync/metadata"
 STORE_FILE = "store.json"
 MEMORIES_DIR = "memories"
 MESSAGE = "metadata snapshot\n\nMemsync-Format: 1\n"
@@ -40,7 +39,7 @@ def _document(value: Mapping[str, Any], what: str) -> bytes:
 
 
 def write_metadata(
-    mirror: Mirror,
+    mirror: GitStore,
     *,
     store: Mapping[str, Any] | None,
     memories: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]] | None,
@@ -61,7 +60,7 @@ def write_metadata(
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
-    parent = mirror.ref_target(mirror.METADATA_REF)
+    parent = mirror.ref_target(METADATA_REF)
     current = mirror.tree_files(parent)
     changes: list[Change] = []
     with mirror.fast_import() as stream:
@@ -95,7 +94,7 @@ def write_metadata(
             parent=parent, author=who, committer=who, message=MESSAGE.encode(), changes=changes
         )
         commit = stream.finish()[mark]
-    mirror.set_ref_if_equals(mirror.METADATA_REF, commit, parent, message="memsync: metadata snapshot")
+    mirror.set_ref_if_equals(METADATA_REF, commit, parent, message="memsync: metadata snapshot")
     return commit
 
 
@@ -104,7 +103,7 @@ def write_metadata(
 FOLLOWS_FILE = "metadata-follows"
 
 
-def metadata_follows(mirror: Mirror) -> str | None:
+def metadata_follows(mirror: GitStore) -> str | None:
     """The imported tip the memories' metadata was last refreshed for, if noted."""
     try:
         text = (mirror.state_dir / FOLLOWS_FILE).read_text(encoding="ascii").strip()
@@ -113,7 +112,7 @@ def metadata_follows(mirror: Mirror) -> str | None:
     return text if len(text) == 40 else None
 
 
-def note_metadata_follows(mirror: Mirror, tip: str | None) -> None:
+def note_metadata_follows(mirror: GitStore, tip: str | None) -> None:
     """Note that the memories' metadata reflects the store as of the imported ``tip``."""
     target = mirror.state_dir / FOLLOWS_FILE
     if tip is None:

@@ -44,8 +44,9 @@ from memsync.mirror.history import (
     replay,
 )
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
-from memsync.mirror.metadata import METADATA_REF, read_metadata, write_metadata
+from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.paths import decode_path
+from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 
 MIRROR_FORMAT = "1"
@@ -136,9 +137,9 @@ def _probe_case_sensitivity(directory: Path) -> None:
 class Mirror(GitStore):
     """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`."""
 
-    MEMSTORE_REF = "refs/remotes/memstore/main"
-    MAIN_REF = "refs/heads/main"
-    BASE_REF = "refs/memsync/base"
+    MEMSTORE_REF = MEMSTORE_REF
+    MAIN_REF = MAIN_REF
+    BASE_REF = BASE_REF
     METADATA_REF = METADATA_REF
 
     def __init__(self, repo: pygit2.Repository, path: Path) -> None:

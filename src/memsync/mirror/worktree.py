@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pygit2.enums import RepositoryState
-
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
@@ -575,68 +573,3 @@ def wait_for_index_lock(mirror: Mirror, timeout: float | None = None) -> None:
                 " if no git command is running, a crashed one left the file behind: delete it"
             )
         time.sleep(0.05)
-
-
-# What ends each git operation, named as git itself says it: "finish" first, then "undo".
-_IN_PROGRESS: dict[RepositoryState, str] = {
-    RepositoryState.MERGE: (
-        "a git merge is in progress in the mirror: finish it (resolve any conflicts, `git add` the"
-        " files, then `git commit`) or undo it with `git merge --abort`"
-    ),
-    RepositoryState.REVERT: (
-        "a git revert is in progress in the mirror: finish it with `git revert --continue` (after"
-        " resolving any conflicts and `git add`) or undo it with `git revert --abort`"
-    ),
-    RepositoryState.CHERRYPICK: (
-        "a git cherry-pick is in progress in the mirror: finish it with `git cherry-pick --continue`"
-        " (after resolving any conflicts and `git add`) or undo it with `git cherry-pick --abort`"
-    ),
-    RepositoryState.BISECT: (
-        "a git bisect is in progress in the mirror: end it with `git bisect reset`, which returns to main"
-    ),
-    RepositoryState.REBASE: (
-        "a git rebase is in progress in the mirror: finish it with `git rebase --continue` (after"
-        " resolving any conflicts and `git add`) or undo it with `git rebase --abort`"
-    ),
-    RepositoryState.APPLY_MAILBOX: (
-        "a git am is in progress in the mirror: finish it with `git am --continue` (after resolving"
-        " any conflicts and `git add`) or undo it with `git am --abort`"
-    ),
-    RepositoryState.APPLY_MAILBOX_OR_REBASE: (
-        "a git rebase or git am is in progress in the mirror: finish it with `git rebase --continue`"
-        " (or `git am --continue`) or undo it with `git rebase --abort` (or `git am --abort`)"
-    ),
-}
-# The sequencer's multi-commit forms end with the same commands.
-_IN_PROGRESS[RepositoryState.REVERT_SEQUENCE] = _IN_PROGRESS[RepositoryState.REVERT]
-_IN_PROGRESS[RepositoryState.CHERRYPICK_SEQUENCE] = _IN_PROGRESS[RepositoryState.CHERRYPICK]
-_IN_PROGRESS[RepositoryState.REBASE_INTERACTIVE] = _IN_PROGRESS[RepositoryState.REBASE]
-_IN_PROGRESS[RepositoryState.REBASE_MERGE] = _IN_PROGRESS[RepositoryState.REBASE]
-_AFTER = ", then sync again"
-
-
-def head_problem(mirror: Mirror) -> str | None:
-    """Why the checkout cannot be reconciled now, naming the git command that ends it; or None.
-
-    A git operation in progress comes first: a rebase or a bisect also detaches HEAD, and the
-    `git switch main` that a detached HEAD calls for is what git refuses in the middle of them.
-    """
-    head = mirror.head()
-    state = head.state
-    if state is not RepositoryState.NONE:
-        return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER
-    if head.target is None:
-        return None
-    if head.branch is None:
-        return (
-            f"HEAD is detached (at {head.target[:12]}) in the mirror, not on main, the"
-            " branch memsync syncs: run `git switch main` (to keep commits made there, run `git"
-            " branch NAME` first and merge it into main)" + _AFTER
-        )
-    if head.branch != mirror.MAIN_REF:
-        branch = escape_for_terminal(head.shorthand or head.branch)
-        return (
-            f"HEAD is on the branch `{branch}` in the mirror, not on main, the branch memsync syncs:"
-            f" run `git switch main` (then `git merge {branch}` to bring its changes along)" + _AFTER
-        )
-    return None
