@@ -63,7 +63,8 @@ ATTRIBUTES_BLOCK = """\
 * -text -filter -ident -working-tree-encoding
 """
 
-_CONFIG: dict[str, str] = {
+# A checkout of plain bytes at exactly the paths in the tree (the awareness view's too).
+PLAIN_CHECKOUT: dict[str, str] = {
     "core.autocrlf": "false",
     "core.safecrlf": "false",
     "core.filemode": "false",
@@ -72,6 +73,9 @@ _CONFIG: dict[str, str] = {
     "core.precomposeunicode": "false",
     # A global ignore file must not hide a new memory from the push (only info/exclude counts).
     "core.excludesfile": "/dev/null",
+}
+_CONFIG: dict[str, str] = {
+    **PLAIN_CHECKOUT,
     "remote.memstore.url": REMOTE_URL,
     "remote.memstore.pushurl": REMOTE_URL,
     "remote.memstore.fetch": "+refs/heads/main:refs/remotes/memstore/main",

@@ -7,8 +7,8 @@ no ``memstore`` remote, no ``memsync.mirrorformat`` (so :meth:`Mirror.open` refu
 
 This module owns the git side only: reading a store mirror's imported commits with the files each one
 changed (:func:`read_history`), and writing a view's commits — trees with memsync's path encoding
-(``a`` beside ``a/b`` is ``a%_``), blobs copied from the stores' mirrors, messages with trailers — into
-packs, then the checkout and ``main``. Which copy of a path is visible is decided by
+(``a`` beside ``a/b`` is ``a%_``), blobs copied from the stores' mirrors, messages with trailers — through
+``git fast-import``, then the checkout and ``main``. Which copy of a path is visible is decided by
 :mod:`memsync.engine.awareness`; the sync layer composes the two.
 
 Commit ids are a pure function of what is written: author and committer lines are copied from the
@@ -38,7 +38,7 @@ from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathListener, PathMap
 from memsync.mirror.paths import decode_path, encode_path, quote_for_message
-from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, ImportedVersion, Mirror
+from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
 from memsync.mirror.trailers import parse_message
 
 VIEW_FORMAT = "1"
@@ -51,15 +51,9 @@ _BATCH_BYTES = 32 << 20
 _VIEW_TRAILER = "Memsync-View-Format"
 
 _CONFIG: dict[str, str] = {
-    "core.autocrlf": "false",
-    "core.safecrlf": "false",
-    "core.filemode": "false",
-    "core.symlinks": "false",
-    "core.ignorecase": "false",
-    "core.precomposeunicode": "false",
-    "core.excludesfile": "/dev/null",
-    # A rebuild deletes the packs of the history it replaced; a reflog naming those commits would
-    # then make git fsck fail, and keeping them would keep content the stores no longer serve.
+    **PLAIN_CHECKOUT,
+    # A rebuild prunes the history it replaced: a reflog naming those commits would keep content
+    # the stores no longer serve.
     "core.logallrefupdates": "false",
     "memsync.viewformat": VIEW_FORMAT,
 }
@@ -419,12 +413,13 @@ class View(GitStore):
 
 
 class ViewWriter:
-    """Writes view commits into packs; :meth:`finish` checks the result out and moves ``main``.
+    """Writes view commits (``git fast-import``, a process per batch); :meth:`finish` checks the
+    result out and moves ``main``.
 
     Nothing is visible before :meth:`finish`: an interrupted build leaves ``main`` and the working tree
     as they were (at most an unreferenced pack). With ``rebuild`` the history starts empty and, once
-    ``main`` has moved, the packs of the replaced history are deleted, so content a rewritten store no
-    longer holds (a redaction) leaves the view too.
+    ``main`` has moved, git prunes every object nothing reaches any more, so content a rewritten store
+    no longer holds (a redaction) leaves the view too.
     """
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
