@@ -1,8 +1,9 @@
 """memsync.mirror: one git repository per memory store (docs/design.md §2-§3; docs/mirror.md).
 
-The only package that imports pygit2. It encodes memory paths for git, writes one deterministic
-commit per memory version straight into packs, keeps the refs, reads the import checkpoint back from
-the tip's trailers, and updates the checkout without ever overwriting a local edit. For the push
+The only package that imports pygit2, and within it only :mod:`~memsync.mirror.gitstore` holds the
+repository. It encodes memory paths for git, writes one deterministic commit per memory version (git
+fast-import writes the objects), keeps the refs, reads the import checkpoint back from the tip's
+trailers, and updates the checkout without ever overwriting a local edit. For the push
 engine it reads snapshots of commits and of the working tree, writes the checkout, merges files,
 records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
 """
@@ -12,19 +13,13 @@ from memsync.mirror.backups import (
     BackupTarget,
     ImportedCommit,
     PushResult,
-    RefPush,
-    TreeFiles,
-    backup_refs,
     push_mirror,
 )
-from memsync.mirror.branch import PUSHED_PREFIX, MainRewind, align_index, main_rewind, pushed_refs, reset_main
-from memsync.mirror.checkout import CheckoutUpdate, head_problem
+from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
+from memsync.mirror.checkout import head_problem
 from memsync.mirror.conflicts import (
-    CONFLICTS_PREFIX,
-    RESOLVED_PREFIX,
     ConflictRecord,
     Merger,
-    MergeResult,
     conflict_blob,
     conflict_side,
     end_conflict,
@@ -34,7 +29,6 @@ from memsync.mirror.conflicts import (
 )
 from memsync.mirror.errors import FormatError, PathEncodingError, RefMoved
 from memsync.mirror.fastimport import blob_id
-from memsync.mirror.gitbinary import MIN_GIT_VERSION, require_git
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -44,7 +38,7 @@ from memsync.mirror.history import (
     VersionRecord,
     history_facts,
 )
-from memsync.mirror.ignores import TEMPORARIES, is_ignore_file, is_ignored
+from memsync.mirror.ignores import TEMPORARIES, is_ignored
 from memsync.mirror.metadata import metadata_follows, note_metadata_follows
 from memsync.mirror.paths import (
     decode_path,
@@ -58,8 +52,6 @@ from memsync.mirror.paths import (
 )
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import (
-    KeptContent,
-    RewriteReport,
     defer_rewrite,
     rewrite_pending,
     rewrite_redacted,
@@ -68,8 +60,6 @@ from memsync.mirror.rewrite import (
 from memsync.mirror.snapshots import (
     BlobHashes,
     SnapshotEntry,
-    base_commit,
-    build_tree,
     commit_snapshot,
     keep_base_ids,
     read_base,
@@ -78,28 +68,20 @@ from memsync.mirror.snapshots import (
 )
 from memsync.mirror.trailers import Operation, inferred_version_id
 from memsync.mirror.view import (
-    VIEW_FORMAT,
-    VIEWS_FOLDER,
     Identity,
     StoreCommit,
     View,
     ViewCommit,
-    ViewEdit,
-    ViewWriter,
     descends_from,
     find_views,
-    format_view_message,
     read_history,
     view_folder_name,
     view_path,
-    view_trailers,
 )
 from memsync.mirror.worktree import (
     NOT_REGULAR,
     CheckoutChange,
-    StrayFile,
     WorktreeChanged,
-    WorktreeFile,
     WorktreeScan,
     apply_checkout,
     current_sha256,
@@ -107,26 +89,18 @@ from memsync.mirror.worktree import (
     read_worktree,
     scan_worktree,
     wait_for_index_lock,
-    worktree_blob,
     worktree_memory_paths,
 )
 
 __all__ = [
-    "CONFLICTS_PREFIX",
     "DEFAULT_AUTHOR_EMAIL",
     "DEFAULT_AUTHOR_NAME",
-    "MIN_GIT_VERSION",
     "NOT_REGULAR",
-    "PUSHED_PREFIX",
-    "RESOLVED_PREFIX",
     "TEMPORARIES",
-    "VIEWS_FOLDER",
-    "VIEW_FORMAT",
     "BackupRepository",
     "BackupTarget",
     "BlobHashes",
     "CheckoutChange",
-    "CheckoutUpdate",
     "ConflictRecord",
     "FormatError",
     "HistoryFacts",
@@ -134,9 +108,6 @@ __all__ = [
     "Identity",
     "ImportedCommit",
     "ImportedVersion",
-    "KeptContent",
-    "MainRewind",
-    "MergeResult",
     "Merger",
     "Mirror",
     "Operation",
@@ -144,26 +115,15 @@ __all__ = [
     "PushResult",
     "RedactedCommit",
     "RefMoved",
-    "RefPush",
-    "RewriteReport",
     "SnapshotEntry",
     "StoreCommit",
-    "StrayFile",
-    "TreeFiles",
     "VersionRecord",
     "View",
     "ViewCommit",
-    "ViewEdit",
-    "ViewWriter",
     "WorktreeChanged",
-    "WorktreeFile",
     "WorktreeScan",
-    "align_index",
     "apply_checkout",
-    "backup_refs",
-    "base_commit",
     "blob_id",
-    "build_tree",
     "commit_snapshot",
     "conflict_blob",
     "conflict_side",
@@ -177,11 +137,9 @@ __all__ = [
     "end_conflict",
     "escape_for_terminal",
     "find_views",
-    "format_view_message",
     "head_problem",
     "history_facts",
     "inferred_version_id",
-    "is_ignore_file",
     "is_ignored",
     "keep_base_ids",
     "locate",
@@ -196,7 +154,6 @@ __all__ = [
     "read_history",
     "read_worktree",
     "record_conflict",
-    "require_git",
     "reset_main",
     "rewrite_pending",
     "rewrite_redacted",
@@ -207,10 +164,8 @@ __all__ = [
     "tree_layout_problems",
     "view_folder_name",
     "view_path",
-    "view_trailers",
     "wait_for_index_lock",
     "whole_file_markers",
-    "worktree_blob",
     "worktree_memory_paths",
     "write_base",
 ]
