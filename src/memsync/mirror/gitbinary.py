@@ -1,4 +1,4 @@
-"""The ``git`` binary: a run-time dependency for what pygit2 cannot do (repack, fsck, index-pack).
+"""The ``git`` binary: a run-time dependency for what pygit2 does not do (fast-import, repack, fsck).
 
 memsync checks for it once per process and says clearly what is missing (docs/design.md §3).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memsync.errors import EnvironmentProblem, MirrorError
 
-MIN_GIT_VERSION = (2, 30)
+MIN_GIT_VERSION = (2, 32)  # git repack --geometric
 _VERSION = re.compile(r"git version (\d+)\.(\d+)")
 
 # Variables that would point git at another repository, index or object store than the mirror's.
