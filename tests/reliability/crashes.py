@@ -23,10 +23,9 @@ from tests.reliability.harness import (
 
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "pull": (
-        "pull.version",  # after each version's commit is added to the batch (sync/pull.py)
-        "mirror.pack_written",  # a batch's pack is on disk, the ref not moved yet (mirror/history.py)
+        "pull.version",  # after each version's commit is streamed into git fast-import (sync/pull.py)
+        "mirror.pack_written",  # fast-import done, its pack on disk, the ref not moved (mirror/history.py)
         "mirror.ref_moved",  # the ref moved, the caches (path map, content index) not yet updated
-        "mirror.pack_renamed",  # the .pack renamed into place, its .idx not yet (mirror/pack.py)
         "checkout.file_written",  # some of the tip's files written, the rest and the index not yet
         "checkout.tree_written",  # the working tree is at the tip, main not moved (mirror/checkout.py)
         "checkout.main_moved",  # main moved, refs/memsync/base not yet

@@ -85,8 +85,7 @@ CASES = [
     ("incremental", CrashCase("mirror.pack_written", 2)),
     ("fresh", CrashCase("mirror.ref_moved", 7)),
     ("incremental", CrashCase("mirror.ref_moved", 4)),
-    ("fresh", CrashCase("mirror.pack_renamed", 1)),
-    ("incremental", CrashCase("mirror.pack_renamed", 3)),
+    ("fresh", CrashCase("pull.version", 2)),  # mid-stream, in the first batch
     ("fresh", CrashCase("checkout.file_written", 3)),
     ("incremental", CrashCase("checkout.file_written", 2)),
     ("fresh", CrashCase("checkout.tree_written", 1)),
@@ -117,7 +116,7 @@ def test_a_pull_killed_again_and_again_still_converges(world: CrashWorld, tmp_pa
         CrashCase("pull.version", BATCH + 2),
         CrashCase("mirror.pack_written", 2),
         CrashCase("mirror.ref_moved", 2),
-        CrashCase("mirror.pack_renamed", 2),
+        CrashCase("pull.version", BATCH * 2 + 1),
         CrashCase("pull.version", BATCH + 1),
         CrashCase("checkout.tree_written", 1),
     ]
