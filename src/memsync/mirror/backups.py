@@ -49,8 +49,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
-from memsync.mirror.gitrepo import is_repository, open_repository
-from memsync.mirror.gitstore import GitStore, blob_at
+from memsync.mirror.gitstore import GitStore, blob_at, is_repository
 from memsync.mirror.history import PathMap, replay
 from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
@@ -445,7 +444,7 @@ def _ensure_local_repository(path: Path) -> bool:
         if temporary.exists():
             shutil.rmtree(temporary)  # this process's own, from an attempt that failed
         try:
-            pygit2.init_repository(str(temporary), bare=True, initial_head="main").free()
+            GitStore(temporary, create="bare").close()
             if path.is_dir():  # an empty folder someone prepared: the repository keeps its mode
                 os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
         except BaseException:
@@ -526,21 +525,22 @@ class TreeFiles:
 class BackupRepository(GitStore):
     """A mirror or a bare backup, read-only. Open with :meth:`open`; use as a context manager."""
 
-    def __init__(self, repo: pygit2.Repository, path: Path, kind: Literal["mirror", "backup"]) -> None:
-        super().__init__(repo, path)
-        self.kind = kind
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, action=f"{path} is not a git repository (a memsync mirror or a backup)")
+        self.kind: Literal["mirror", "backup"] = (
+            "mirror" if "memsync.mirrorformat" in self.config else "backup"
+        )
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> BackupRepository:
         """Open a memsync mirror (its working tree or its .git) or a bare backup."""
         root = Path(path).expanduser().absolute()
-        repo = open_repository(root, f"{root} is not a git repository (a memsync mirror or a backup)")
-        kind: Literal["mirror", "backup"] = "mirror" if "memsync.mirrorformat" in repo.config else "backup"
-        found = cls(repo, root, kind)
+        found = cls(root)
         if found.ref_target(found.default_ref) is None:
+            found.close()
             raise MirrorError(
                 f"{root} has no {found.default_ref}: it is not a memsync "
-                f"{'mirror with imported history' if kind == 'mirror' else 'backup'}"
+                f"{'mirror with imported history' if found.kind == 'mirror' else 'backup'}"
             )
         return found
 

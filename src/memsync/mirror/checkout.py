@@ -105,39 +105,13 @@ def local_changes(mirror: GitStore) -> tuple[str, ...]:
                 for delta in mirror.tree(base).diff_to_tree(mirror.tree(head)).deltas:
                     committed.add(delta.old_file.path)
                     committed.add(delta.new_file.path)
-    changed = in_checkout | committed
-    if changed and _left_at_tip(mirror, head):
-        return ()
+    if head is not None and head == mirror.ref_target(MEMSTORE_REF):
+        # main is at the tip (moved there by a checkout killed before the base followed): what lies
+        # between the base and main is imported history, not the user's.
+        committed = set()
     if in_checkout and not committed and _toward_tip(mirror, head, in_checkout):
         return ()
-    return tuple(sorted(changed))
-
-
-_WORKTREE_CHANGES = (
-    FileStatus.WT_NEW
-    | FileStatus.WT_MODIFIED
-    | FileStatus.WT_DELETED
-    | FileStatus.WT_TYPECHANGE
-    | FileStatus.WT_RENAMED
-    | FileStatus.WT_UNREADABLE
-    | FileStatus.CONFLICTED
-)
-
-
-def _left_at_tip(mirror: GitStore, head: str | None) -> bool:
-    """Whether index and working tree are exactly the imported tip, with main behind it.
-
-    That is what a kill leaves between :func:`update_checkout` writing the tip's tree and moving
-    ``main`` and the base: nothing of it is the user's, and reporting it as local changes would
-    keep the checkout from ever reaching the tip again.
-    """
-    tip = mirror.ref_target(MEMSTORE_REF)
-    if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
-        return False
-    with translated("comparing the checkout with the imported tip"):
-        if len(mirror.index().diff_to_tree(mirror.tree(tip))) != 0:
-            return False
-    return not any(flags & _WORKTREE_CHANGES for flags in mirror.status().values())
+    return tuple(sorted(in_checkout | committed))
 
 
 def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
@@ -280,10 +254,8 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
             # A file appeared in the way after the status was read (libgit2 checks every conflict
             # before writing anything, so nothing was touched): report it, move nothing. Unless
             # the files in the way are the tip's own, written by a run killed before moving main:
-            # all of them (nothing left to write), or some (force the rest, which are main's).
-            if _left_at_tip(mirror, head):
-                pass
-            elif _toward_tip(mirror, head, set(conflicts.paths)):
+            # then the rest (main's) are forced to the tip too.
+            if _toward_tip(mirror, head, set(conflicts.paths)):
                 # Forced only where main and the tip differ: a file the tip does not change is
                 # never rewritten, whatever happened to it since the status was read.
                 old = mirror.tree(head)

@@ -81,7 +81,9 @@ class Merger:
     def _scratch(self) -> GitStore:
         if self._store is None:
             self._dir = tempfile.mkdtemp(prefix="memsync-merge-")
-            self._store = GitStore.create_bare(Path(self._dir))
+            self._store = GitStore(
+                Path(self._dir), create="bare", action="creating a scratch repository for merging"
+            )
         return self._store
 
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:

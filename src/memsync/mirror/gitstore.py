@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pygit2
 
@@ -18,7 +19,6 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
-from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.paths import encode_path
 
 # How many packs a repository may hold before git repacks it (see GitStore.repack). One thread: the
@@ -41,14 +41,22 @@ class Head:
 
 
 class GitStore:
-    """One git repository at ``path`` (a working tree, or a bare repository)."""
+    """The git repository at exactly ``path`` (a working tree, or a bare repository).
 
-    @classmethod
-    def create_bare(cls, path: Path) -> GitStore:
-        with translated(f"creating a git repository at {path}"):
-            return cls(pygit2.init_repository(str(path), bare=True), path)
+    Opened with ``NO_SEARCH``: a path that is not itself a repository fails, rather than opening
+    whatever repository one of its parent folders belongs to (a mirror root inside someone's
+    checkout, a backup path under a repository), which memsync would then read or write. ``create``
+    makes a new one there first (``main`` unborn); ``action`` names the step in an error.
+    """
 
-    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, create: Literal["worktree", "bare"] | None = None, action: str = ""
+    ) -> None:
+        with translated(action or f"opening the git repository at {path}"):
+            if create is not None:
+                repo = pygit2.init_repository(str(path), bare=create == "bare", initial_head="main")
+            else:
+                repo = _open(path)
         self._repo = repo
         self.path = path
         self.git_dir = Path(repo.path)
@@ -62,7 +70,12 @@ class GitStore:
     def reopen(self) -> None:
         """Fresh pygit2 handles (after git replaced the pack files the old ones had open)."""
         self._repo.free()
-        self._repo = open_repository(self.path, "reopening the repository")
+        with translated("reopening the repository"):
+            self._repo = _open(self.path)
+
+    @property
+    def is_bare(self) -> bool:
+        return bool(self._repo.is_bare)
 
     # --- refs ------------------------------------------------------------------------------------
 
@@ -230,6 +243,7 @@ class GitStore:
 
     @property
     def workdir(self) -> Path:
+        """The working tree's root (a bare repository's own folder)."""
         return Path(self._repo.workdir) if self._repo.workdir else self.path
 
     @property
@@ -290,10 +304,6 @@ class GitStore:
                 index.read_tree(self._repo[base].peel(pygit2.Tree))
             for path, oid in files.items():
                 index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), pygit2.enums.FileMode.BLOB))
-            return str(index.write_tree(self._repo))
-
-    def write_index_tree(self, index: pygit2.Index) -> str:
-        with translated("writing a tree"):
             return str(index.write_tree(self._repo))
 
     def write_flat_tree(
@@ -450,3 +460,16 @@ def blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
         if isinstance(entry, pygit2.Blob):
             return entry
     return None
+
+
+def _open(path: Path) -> pygit2.Repository:
+    return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+
+
+def is_repository(path: Path) -> bool:
+    """Whether git can open ``path`` itself as a repository (bare or not); nothing is kept open."""
+    try:
+        _open(path).free()
+    except (pygit2.GitError, OSError):
+        return False
+    return True

@@ -24,14 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
 from memsync.errors import EnvironmentProblem, MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
@@ -146,8 +143,8 @@ class Mirror(GitStore):
     BASE_REF = BASE_REF
     METADATA_REF = METADATA_REF
 
-    def __init__(self, repo: pygit2.Repository, path: Path) -> None:
-        super().__init__(repo, path)
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        super().__init__(path, create="worktree" if create else None)
         self._content = ContentIndex(self, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
 
@@ -162,9 +159,7 @@ class Mirror(GitStore):
             raise MirrorError(f"cannot create a mirror at {root}: it exists and is not an empty directory")
         root.mkdir(parents=True, exist_ok=True)
         _probe_case_sensitivity(root)
-        with translated(f"creating a git repository at {root}"):
-            repo = pygit2.init_repository(str(root), bare=False, initial_head="main")
-        mirror = cls(repo, root)
+        mirror = cls(root, create=True)
         mirror._ensure_layout()
         return mirror
 
@@ -175,20 +170,25 @@ class Mirror(GitStore):
         root = Path(path).absolute()
         if not (root / ".git").is_dir():
             raise MirrorError(f"{root} is not a memsync mirror (no .git directory); create it with init")
-        repo = open_repository(root, f"opening the git repository at {root}")
-        if repo.is_bare or repo.workdir is None or Path(repo.workdir).resolve() != root.resolve():
-            raise MirrorError(f"{root} is not a memsync mirror: its repository is not a plain working tree")
-        if "memsync.mirrorformat" not in repo.config:
-            raise MirrorError(
-                f"{root} is a git repository but not a memsync mirror (memsync.mirrorformat is unset)"
-            )
-        version = repo.config["memsync.mirrorformat"]
-        if version != MIRROR_FORMAT:
-            raise FormatError(
-                f"{root} is a memsync mirror of format {version}; this memsync handles format "
-                f"{MIRROR_FORMAT}: upgrade memsync"
-            )
-        mirror = cls(repo, root)
+        mirror = cls(root)
+        try:
+            if mirror.is_bare or mirror.workdir.resolve() != root.resolve():
+                raise MirrorError(
+                    f"{root} is not a memsync mirror: its repository is not a plain working tree"
+                )
+            if "memsync.mirrorformat" not in mirror.config:
+                raise MirrorError(
+                    f"{root} is a git repository but not a memsync mirror (memsync.mirrorformat is unset)"
+                )
+            version = mirror.config["memsync.mirrorformat"]
+            if version != MIRROR_FORMAT:
+                raise FormatError(
+                    f"{root} is a memsync mirror of format {version}; this memsync handles format "
+                    f"{MIRROR_FORMAT}: upgrade memsync"
+                )
+        except MirrorError:
+            mirror.close()
+            raise
         mirror._ensure_layout()
         return mirror
 

@@ -34,7 +34,6 @@ from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitrepo import open_repository
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import PathListener, PathMap
 from memsync.mirror.paths import decode_path, encode_path, quote_for_message
@@ -246,36 +245,21 @@ class View(GitStore):
             if root.exists() and (not root.is_dir() or any(root.iterdir())):
                 raise MirrorError(f"cannot create an awareness view at {root}: it exists and is not empty")
             root.mkdir(parents=True, exist_ok=True)
-            with translated(f"creating the awareness view at {root}"):
-                repo = pygit2.init_repository(str(root), bare=False, initial_head="main")
+            view = cls(root, create="worktree", action=f"creating the awareness view at {root}")
         else:
-            repo = open_repository(root, f"opening the awareness view at {root}")
-            config = repo.config
-            if "memsync.viewformat" not in config:
-                repo.free()
-                raise MirrorError(f"{root} is a git repository but not an awareness view")
-            if config["memsync.viewformat"] != VIEW_FORMAT:
-                found = config["memsync.viewformat"]
-                repo.free()
+            view = cls(root, action=f"opening the awareness view at {root}")
+            config = view.config
+            found = config["memsync.viewformat"] if "memsync.viewformat" in config else None  # noqa: SIM401
+            if found != VIEW_FORMAT:
+                view.close()
+                if found is None:
+                    raise MirrorError(f"{root} is a git repository but not an awareness view")
                 raise MirrorError(
                     f"{root} is an awareness view of format {found}; this memsync writes format"
                     f" {VIEW_FORMAT}: delete the folder and run memsync awareness again"
                 )
-        view = cls(repo, root)
         view._ensure_layout()
         return view
-
-    @staticmethod
-    def is_view(path: str | os.PathLike[str]) -> bool:
-        """Whether ``path`` holds an awareness view (without opening it for long)."""
-        root = Path(path)
-        if not (root / ".git").is_dir():
-            return False
-        try:
-            View.open(root).close()
-        except MirrorError:
-            return False
-        return True
 
     def __enter__(self) -> View:
         return self
