@@ -544,12 +544,6 @@ class BackupRepository(GitStore):
             )
         return found
 
-    def __enter__(self) -> BackupRepository:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     @property
     def default_ref(self) -> str:
         """The imported history: ``memstore/main`` in a mirror, ``refs/heads/main`` in a backup."""

@@ -57,10 +57,6 @@ class ContentIndex:
             return None
         return blob
 
-    def knows(self, sha256: str) -> bool:
-        """Whether the index (as it is, without catching up) names a blob for ``sha256``."""
-        return self._get(sha256) is not None
-
     def record(self, previous: str | None, tip: str, entries: Mapping[str, str]) -> None:
         """Add what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.
 

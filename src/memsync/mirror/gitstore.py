@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 import pygit2
 
@@ -72,6 +72,33 @@ class GitStore:
         self._repo.free()
         with translated("reopening the repository"):
             self._repo = _open(self.path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def configure(self, settings: Mapping[str, str], info: Mapping[str, str]) -> bool:
+        """Set ``settings`` in the repository's config and make each ``.git/info/<name>`` file hold its
+        block (appended; what else the file says stays); whether anything had to be written."""
+        wrote = False
+        self.state_dir.mkdir(exist_ok=True)
+        config = self.config
+        with translated(f"configuring the repository at {self.path}"):
+            for key, value in settings.items():
+                if key not in config or config[key] != value:
+                    config[key] = value
+                    wrote = True
+        (self.git_dir / "info").mkdir(exist_ok=True)
+        for name, block in info.items():
+            target = self.git_dir / "info" / name
+            current = target.read_text(encoding="utf-8") if target.exists() else ""
+            if block not in current:
+                separator = "" if current == "" or current.endswith("\n") else "\n"
+                target.write_text(current + separator + block, encoding="utf-8")
+                wrote = True
+        return wrote
 
     @property
     def is_bare(self) -> bool:

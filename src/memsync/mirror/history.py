@@ -56,7 +56,6 @@ INFERRED_SUMMARY = " (inferred: the store no longer lists the memory)"
 
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
-ABSENT_CACHE = 8192  # more than a pull's fetch segment (sync/pull.py SEGMENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +236,6 @@ class ImportTarget(Protocol):
     def checkpoint_written(
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
     ) -> None: ...
-    def content_known(self, sha256: str) -> bool: ...
     def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None: ...
     def blob_for_sha256(self, sha256: str) -> str | None: ...
 
@@ -273,7 +271,6 @@ class HistoryWriter:
         self._stream: FastImport | None = None
         self._changes: list[Change] = []  # the file changes of the commit being built
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
-        self._absent: set[str] = set()  # sha256 the mirror was asked about and lacks (bounded)
         self._root_mark: tuple[int, int | None] | None = None  # (mark, History-Truncated) of a root
         self._redacted_marks: list[tuple[int, RedactedCommit]] = []
         self._broken: str | None = None
@@ -306,19 +303,9 @@ class HistoryWriter:
     def has_content(self, sha256: str) -> bool:
         """Whether a record with this ``content_sha256`` may leave ``content`` out: the mirror or the
         unflushed batch already holds the content. Ask before fetching a version's content."""
-        if sha256 in self._new_content:
-            return True
-        if sha256 in self._absent:
-            return False
-        if self._mirror.blob_for_sha256_at(sha256, self._expected) is not None:
-            return True
-        # The engine asks about a segment's versions, then adds them: remembering the misses
-        # spares the index a second query per new content in _blob_for. Bounded, and cleared of
-        # what each flush indexes.
-        if len(self._absent) >= ABSENT_CACHE:
-            self._absent.clear()
-        self._absent.add(sha256)
-        return False
+        return (
+            sha256 in self._new_content or self._mirror.blob_for_sha256_at(sha256, self._expected) is not None
+        )
 
     def add(self, record: VersionRecord) -> None:
         """Write the commit for ``record``. Flushes when the batch is full.
@@ -431,7 +418,6 @@ class HistoryWriter:
         self._root_mark = None
         self._redacted_marks = []
         self._expected = tip
-        self._absent.difference_update(self._new_content)
         self._new_content = {}
         self._mirror.repack()
         return tip
@@ -515,15 +501,11 @@ class HistoryWriter:
                 raise self._refuse(
                     record, f"its content hashes to {sha}, not to its content_sha256 {record.content_sha256}"
                 )
-            known = self._new_content.get(sha)
-            if known is None and sha not in self._absent and self._mirror.content_known(sha):
-                known = self._mirror.blob_for_sha256_at(sha, self._expected)
-            if known is None:
-                # fast-import stores a blob the repository already holds only once, too; not
-                # streaming a known content spares the pipe its bytes.
-                known = stream.blob(record.content)
-            self._new_content[sha] = known
-            return known, sha
+            # fast-import stores no object a pack of the repository already holds: only what this
+            # batch streamed already is worth skipping.
+            blob = self._new_content.get(sha) or stream.blob(record.content)
+            self._new_content[sha] = blob
+            return blob, sha
         if record.redacted:
             return None, None
         if record.content_sha256 is None:

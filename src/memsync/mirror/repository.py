@@ -203,12 +203,6 @@ class Mirror(GitStore):
         self._content = ContentIndex(self, self.state_dir / "content-index")
         self._path_map_cache = None
 
-    def __enter__(self) -> Mirror:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def _ensure_layout(self) -> None:
         """Apply the configuration and helper files; idempotent, so every open does it.
 
@@ -229,28 +223,11 @@ class Mirror(GitStore):
                 pass
         self.state_dir.mkdir(exist_ok=True)
         _probe_case_sensitivity(self.state_dir)
-        config = self.config
-        wrote = False
-        with translated("configuring the mirror"):
-            for key, value in _CONFIG.items():
-                if key not in config or config[key] != value:
-                    config[key] = value
-                    wrote = True
-        info = self.git_dir / "info"
-        info.mkdir(exist_ok=True)
-        for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
-            target = info / name
-            current = target.read_text(encoding="utf-8") if target.exists() else ""
-            if name == "exclude" and block not in current:
-                current = _replace_old_exclude_block(target, current)
-                wrote = True
-            if block not in current:
-                separator = "" if current == "" or current.endswith("\n") else "\n"
-                target.write_text(current + separator + block, encoding="utf-8")
-                wrote = True
+        upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
+        wrote = self.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         # Taken before the check, the fingerprint is only noted when the check changed nothing: an
         # edit made meanwhile, or this check's own writes, make the next open check again.
-        if fingerprint is not None and not wrote:
+        if fingerprint is not None and not (wrote or upgraded):
             temporary = stamp.with_name(f"{LAYOUT_STAMP}.{secrets.token_hex(4)}.tmp")
             try:
                 temporary.write_text(fingerprint, encoding="ascii")
@@ -310,9 +287,6 @@ class Mirror(GitStore):
     def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
         # A writer knows the tip it flushed last: no ref read per content asked about.
         return self._content.lookup(sha256.lower(), tip)
-
-    def content_known(self, sha256: str) -> bool:
-        return self._content.knows(sha256)
 
     def paths(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""
@@ -417,11 +391,11 @@ class Mirror(GitStore):
         return read_metadata(self, commit)
 
 
-def _replace_old_exclude_block(target: Path, current: str) -> str:
+def _replace_old_exclude_block(target: Path) -> bool:
     """The list an earlier memsync wrote, replaced in place by today's (the user's lines stay put)."""
+    current = target.read_text(encoding="utf-8") if target.exists() else ""
     for old in OLD_EXCLUDE_BLOCKS:
-        if old in current:
-            current = current.replace(old, EXCLUDE_BLOCK, 1)
-            target.write_text(current, encoding="utf-8")
-            break
-    return current
+        if old in current and EXCLUDE_BLOCK not in current:
+            target.write_text(current.replace(old, EXCLUDE_BLOCK, 1), encoding="utf-8")
+            return True
+    return False

@@ -261,27 +261,8 @@ class View(GitStore):
         view._ensure_layout()
         return view
 
-    def __enter__(self) -> View:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def _ensure_layout(self) -> None:
-        self.state_dir.mkdir(exist_ok=True)
-        config = self.config
-        with translated("configuring the awareness view"):
-            for key, value in _CONFIG.items():
-                if key not in config or config[key] != value:
-                    config[key] = value
-        info = self.git_dir / "info"
-        info.mkdir(exist_ok=True)
-        for name, block in (("exclude", EXCLUDE_BLOCK), ("attributes", ATTRIBUTES_BLOCK)):
-            target = info / name
-            current = target.read_text(encoding="utf-8") if target.exists() else ""
-            if block not in current:
-                separator = "" if current == "" or current.endswith("\n") else "\n"
-                target.write_text(current + separator + block, encoding="utf-8")
+        self.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
 
     # --- reading ---------------------------------------------------------------------------------
 
