@@ -284,8 +284,6 @@ class HistoryWriter:
         """The ref's target as of the last flush (commits of the unflushed batch have no id yet)."""
         return self._expected
 
-    flushed_tip = tip
-
     @property
     def started(self) -> bool:
         """Whether the history has a commit, flushed or not: the next record is not the first."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +55,6 @@ _CONFIG: dict[str, str] = {
     "core.logallrefupdates": "false",
     "memsync.viewformat": VIEW_FORMAT,
 }
-
-_SAFE_ID = re.compile(r"[A-Za-z0-9_.~-]")
 
 
 def view_folder_name(value: str, what: str = "id") -> str:
