@@ -23,6 +23,7 @@ from tests.reliability.harness import (
 
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "pull": (
+        "mirror.created",  # a new mirror whole under a temporary name, not renamed into place
         "pull.version",  # after each version's commit is streamed into git fast-import (sync/pull.py)
         "mirror.pack_written",  # fast-import done, its pack on disk, the ref not moved (mirror/history.py)
         "mirror.ref_moved",  # the ref moved, the caches (path map, content index) not yet updated

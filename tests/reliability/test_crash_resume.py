@@ -77,6 +77,7 @@ def _cli(world: CrashWorld, tmp_path: Path, start: str) -> MemsyncCli:
 # Passes counted for BATCH = 4: fresh, 23 + 15 versions in 6 + 4 batches; incremental, 12 + 9 in 3 + 3.
 # Each point at two passes or more, from both starts; the soak draws points and passes at random.
 CASES = [
+    ("fresh", CrashCase("mirror.created", 2)),  # the first mirror made, the second half made
     ("fresh", CrashCase("pull.version", 1)),
     ("fresh", CrashCase("pull.version", BATCH)),  # right after the first batch's ref moved
     ("fresh", CrashCase("pull.version", 30)),  # in the second store

@@ -130,26 +130,37 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     # libgit2 writes each file in place, so a kill can cut the one it was writing short: after a
     # killed checkout (and only then), one file that is the start of the tip's is the tip's too.
     may_be_cut = _killed_checkout(mirror) is not None
-    with translated("comparing the checkout with the imported tip"):
-        for path in paths:
-            try:
-                entry: pygit2.Object | None = tree[path]
-            except KeyError:
-                entry = None
-            on_disk = os.path.join(mirror.workdir, path)
-            if entry is None or entry.type != pygit2.enums.ObjectType.BLOB:
-                # The tip has no file here. A folder of the tip's in its place is fine: the status
-                # lists the files in it on their own.
-                is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
-                if os.path.lexists(on_disk) and not is_folder:
-                    return False
-            elif os.path.islink(on_disk) or not os.path.isfile(on_disk):
+    for path in paths:
+        try:
+            entry: pygit2.Object | None = tree[path]
+        except KeyError:
+            entry = None
+        on_disk = os.path.join(mirror.workdir, path)
+        if entry is None or entry.type != pygit2.enums.ObjectType.BLOB:
+            # The tip has no file here. A folder of the tip's in its place is fine: the status
+            # lists the files in it on their own.
+            is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
+            if os.path.lexists(on_disk) and not is_folder:
                 return False
-            elif str(pygit2.hashfile(on_disk)) != str(entry.id):
-                if not (may_be_cut and _starts(on_disk, entry.peel(pygit2.Blob).data)):
-                    return False
-                may_be_cut = False
+            continue
+        if os.path.islink(on_disk):
+            return False
+        wanted = entry.peel(pygit2.Blob).data
+        try:
+            # Read, not stat-then-read: the user's editor may be saving it this very moment.
+            data = _read_at_most(on_disk, len(wanted) + 1)
+        except OSError:
+            return False
+        if data != wanted:
+            if not (may_be_cut and len(data) < len(wanted) and wanted.startswith(data)):
+                return False
+            may_be_cut = False
     return True
+
+
+def _read_at_most(path: str, size: int) -> bytes:
+    with open(path, "rb") as file:
+        return file.read(size)
 
 
 _CHECKOUT_MARK = "checkout-pid"
@@ -207,13 +218,6 @@ def _clear_killed_checkout(mirror: GitStore) -> None:
         if lock.stat().st_mtime >= started:
             lock.unlink()
             log.warning("removed %s, left by a killed checkout", lock)
-
-
-def _starts(path: str, data: bytes) -> bool:
-    """Whether the file at ``path`` holds a proper beginning of ``data``."""
-    with open(path, "rb") as file:
-        head = file.read(len(data) + 1)
-    return len(head) < len(data) and data.startswith(head)
 
 
 def update_checkout(mirror: GitStore) -> CheckoutUpdate:

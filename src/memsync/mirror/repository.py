@@ -18,12 +18,14 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memsync.crashpoints import crash_point
 from memsync.errors import EnvironmentProblem, MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
 from memsync.mirror.contentindex import ContentIndex
@@ -159,9 +161,25 @@ class Mirror(GitStore):
             raise MirrorError(f"cannot create a mirror at {root}: it exists and is not an empty directory")
         root.mkdir(parents=True, exist_ok=True)
         _probe_case_sensitivity(root)
-        mirror = cls(root, create=True)
-        mirror._ensure_layout()
-        return mirror
+        # Made whole beside it, then renamed into place: a kill part way leaves no repository at
+        # ``path`` that is not yet a mirror (the next run would refuse it for good), only a hidden
+        # temporary that the next creation of this mirror removes.
+        for stale in root.parent.glob(f".{root.name}.memsync-init-*"):
+            if not _alive(stale.name.rsplit("-", 1)[-1]):
+                shutil.rmtree(stale, ignore_errors=True)
+        temporary = root.parent / f".{root.name}.memsync-init-{os.getpid()}"
+        shutil.rmtree(temporary, ignore_errors=True)
+        try:
+            with cls(temporary, create=True) as made:
+                made._ensure_layout()
+            crash_point("mirror.created")  # whole under its temporary name, not in place
+            os.rename(temporary, root)  # replaces the empty folder; refuses one someone filled
+        except BaseException as exc:
+            shutil.rmtree(temporary, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise MirrorError(f"cannot create a mirror at {root}: {exc.strerror}") from None
+            raise
+        return cls.open(root)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Mirror:
@@ -389,6 +407,16 @@ class Mirror(GitStore):
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` of the metadata branch."""
         return read_metadata(self, commit)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _replace_old_exclude_block(target: Path) -> bool:
