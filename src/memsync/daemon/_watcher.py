@@ -1,8 +1,8 @@
 """Watching the checkouts for saves, and turning saves into cycle requests.
 
-One inotify instance and one thread read the events of every checkout, however many there are (a
-watchdog ``Observer`` runs an emitter thread per scheduled watch: a daemon over 300 checkouts had
-309 threads; memsync.daemon._inotify). inotify watches one folder per watch and does not recurse:
+One inotify instance (inotify_simple's ``INotify``) and one thread read the events of every checkout,
+however many there are (a watchdog ``Observer`` runs an emitter thread per scheduled watch: a daemon
+over 300 checkouts had 309 threads). inotify watches one folder per watch and does not recurse:
 every folder of a checkout gets a watch, folders created later get one as their creation is seen,
 and ``.git`` never does (its folders were most of the watches: 22 per store of 10 memories, where
 the checkout itself had 1).
@@ -19,14 +19,20 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import memsync.daemon._inotify as inotify
+try:
+    from inotify_simple import INotify, flags
+except ImportError:  # installed on Linux only (pyproject.toml): elsewhere start() says it cannot watch
+    INotify = flags = None
+
 from memsync.daemon._baseline import CheckoutBaseline
 from memsync.daemon._debounce import Debouncer
 
@@ -39,17 +45,19 @@ SYSCTL = "fs.inotify.max_user_watches"
 # and a folder's own deletion or move. Leaving out opens, reads and read-only closes keeps memsync's
 # own reads silent; attribute changes (a touch) are not listed either.
 MASK = (
-    inotify.IN_CREATE
-    | inotify.IN_MODIFY
-    | inotify.IN_CLOSE_WRITE
-    | inotify.IN_DELETE
-    | inotify.IN_MOVED_FROM
-    | inotify.IN_MOVED_TO
-    | inotify.IN_DELETE_SELF
-    | inotify.IN_MOVE_SELF
-    | inotify.IN_ONLYDIR
-    | inotify.IN_DONT_FOLLOW
-    | inotify.IN_EXCL_UNLINK
+    0  # not Linux: nothing is watched
+    if flags is None
+    else flags.CREATE
+    | flags.MODIFY
+    | flags.CLOSE_WRITE
+    | flags.DELETE
+    | flags.MOVED_FROM
+    | flags.MOVED_TO
+    | flags.DELETE_SELF
+    | flags.MOVE_SELF
+    | flags.ONLYDIR
+    | flags.DONT_FOLLOW
+    | flags.EXCL_UNLINK
 )
 
 Key = tuple[str, str]  # (store id, tree path)
@@ -173,7 +181,9 @@ class CheckoutWatcher:
         self._clock = clock
         self._max_watches = max_watches
         self._debouncer: Debouncer[Key] = Debouncer(quiet, max_wait)
-        self._inotify: inotify.Inotify | None = None
+        self._inotify: INotify | None = None
+        # Wakes the reader's poll at stop (see _read_loop); made by start().
+        self._wake: tuple[int, int] | None = None
         self._stores: dict[str, _Watched] = {}
         self._by_wd: dict[int, tuple[str, str]] = {}  # watch descriptor -> (store id, folder)
         # The checkouts and their watches: taken briefly by the reader thread, watch and unwatch.
@@ -187,6 +197,7 @@ class CheckoutWatcher:
         # Why the watches ran out, once they did: the daemon then stops watching altogether.
         self.exhausted: str | None = None
         self._thread = threading.Thread(target=self._settle_loop, name="memsync-watch", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name="memsync-inotify", daemon=True)
 
     @property
     def watch_count(self) -> int:
@@ -196,19 +207,28 @@ class CheckoutWatcher:
 
     def start(self) -> None:
         """Start reading events; WatchUnavailable when inotify cannot be used here."""
+        if INotify is None:
+            raise WatchUnavailable("inotify cannot be used here (Linux only)")
         try:
-            self._inotify = inotify.Inotify(self._events)
-        except OSError as exc:
+            self._inotify = INotify()
+        except (OSError, AttributeError) as exc:  # AttributeError: a C library without inotify
             raise WatchUnavailable(f"inotify cannot be used here ({exc})") from None
-        self._inotify.start()
+        self._wake = os.pipe()
+        self._reader.start()
         self._thread.start()
 
     def stop(self) -> None:
         with self._cond:
+            first = not self._stopped
             self._stopped = True
             self._cond.notify_all()
-        if self._inotify is not None:
+        if first and self._inotify is not None and self._wake is not None:
+            os.write(self._wake[1], b"x")  # ends the reader (_read_loop)
+            if self._reader.is_alive():
+                self._reader.join(timeout=10)
             self._inotify.close()  # every watch goes with the instance
+            for fd in self._wake:
+                os.close(fd)
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         with self._registry:
@@ -291,15 +311,16 @@ class CheckoutWatcher:
             if full:
                 self._said_limit(f"daemon.max_watches ({self._max_watches}) is reached")
                 return False
+            path = root / relative if relative else root
             try:
-                wd = self._inotify.add_watch(os.fsencode(root / relative if relative else root), MASK)
+                wd = self._inotify.add_watch(path, MASK)
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
                     self._said_limit(f"the kernel's {SYSCTL} is reached")
                     return False
                 if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                     continue  # gone meanwhile: its deletion has its own event
-                raise
+                raise OSError(exc.errno, f"watching {path}: {exc.strerror}") from None
             with self._maps:
                 gone = self._stores.get(store_id) is not watched
                 if not gone:
@@ -344,7 +365,10 @@ class CheckoutWatcher:
             try:
                 self._inotify.rm_watch(wd)
             except OSError as exc:
-                log.debug("removing an inotify watch: %s", exc)
+                if exc.errno != errno.EINVAL:  # EINVAL: the kernel dropped it already (folder deleted)
+                    log.debug("removing an inotify watch: %s", exc)
+            except ValueError:
+                pass  # the instance is closed, and its watches with it
 
     def _said_limit(self, why: str) -> None:
         if self.exhausted is not None:
@@ -360,30 +384,55 @@ class CheckoutWatcher:
 
     # --- events (the reader's thread) ------------------------------------------------------------
 
-    def _events(self, events: list[inotify.Event]) -> None:
-        """A batch read from inotify (on its reading thread)."""
+    def _read_loop(self) -> None:
+        """Read the instance until stop, handing each batch to :meth:`_events`.
+
+        ``INotify.read`` waits in a poll of the inotify descriptor alone, and closing a descriptor
+        does not wake a poll another thread has on it; a read timeout would wake the idle daemon
+        over and over. So the poll here waits on a pipe too, which stop writes to, and reads
+        without waiting once the descriptor is readable.
+        """
+        assert self._inotify is not None and self._wake is not None
+        poller = select.poll()
+        poller.register(self._inotify.fileno(), select.POLLIN)
+        poller.register(self._wake[0], select.POLLIN)
+        while True:
+            if any(fd == self._wake[0] for fd, _ in poller.poll()):
+                return
+            try:
+                events = self._inotify.read(timeout=0)
+            except (OSError, ValueError):  # ValueError: closed under us (stop gave up waiting)
+                return
+            try:
+                self._events(events)
+            except Exception:
+                # One bad batch must not end the watching of every checkout.
+                log.exception("handling file events failed")
+
+    def _events(self, events: list[Any]) -> None:
+        """A batch read from inotify (``inotify_simple.Event``s, on its reading thread)."""
         for event in events:
-            if event.mask & inotify.IN_Q_OVERFLOW:
+            if event.mask & flags.Q_OVERFLOW:
                 self._overflow()
-            elif event.mask & inotify.IN_IGNORED:
+            elif event.mask & flags.IGNORED:
                 self._forget(event.wd)
             else:
                 self._event(event)
 
-    def _event(self, event: inotify.Event) -> None:
+    def _event(self, event: Any) -> None:
         with self._maps:
             where = self._by_wd.get(event.wd)
-        if where is None or not event.name:
+        name: str = event.name  # decoded with os.fsdecode, as tree paths are
+        if where is None or not name:
             return  # a folder's own deletion or move: its parent's event names it
         store_id, folder = where
-        name = os.fsdecode(event.name)
         if folder == "" and name == ".git":
             return
         tree_path = f"{folder}/{name}" if folder else name
-        if event.is_dir:
-            if event.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
+        if event.mask & flags.ISDIR:
+            if event.mask & (flags.CREATE | flags.MOVED_TO):
                 self._add_tree(store_id, tree_path)
-            elif event.mask & (inotify.IN_MOVED_FROM | inotify.IN_DELETE):
+            elif event.mask & (flags.MOVED_FROM | flags.DELETE):
                 self._drop_tree(store_id, tree_path)
         self.note(store_id, tree_path)
 
