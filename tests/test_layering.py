@@ -40,6 +40,7 @@ OWNED: dict[str, set[str]] = {
     # The server's database, and the mirror's content index (a cache under .git/memsync/).
     "sqlite3": {"server", "mirror"},
     "apscheduler": {"daemon"},
+    "inotify_simple": {"daemon"},
 }
 
 
