@@ -15,7 +15,7 @@ import pytest
 
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord
-from memsync.mirror.fastimport import SCRATCH_REF
+from memsync.mirror.fastimport import SCRATCH_REF, Move
 from memsync.mirror.gitstore import GEOMETRIC_FROM
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
 from memsync.mirror.trailers import Trailers, format_message
@@ -523,3 +523,18 @@ def test_leftovers_of_a_killed_writer_are_handled(new_mirror: NewMirror) -> None
     writer.add(HISTORY[1])
     with pytest.raises(MirrorError, match="delete that file and run again"):
         writer.flush()
+
+
+def test_git_fast_import_refusing_a_stream_is_a_clear_error_and_moves_nothing(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:2])
+    tip = mirror.tip()
+    stream = mirror.fast_import()
+    who = b"t <t@example.com> 0 +0000"
+    stream.commit(parent=tip, author=who, committer=who, message=b"m\n", changes=[Move("absent.md", "b.md")])
+    refused = r"git fast-import failed writing the mirror's objects: .*absent\.md"
+    with pytest.raises(MirrorError, match=refused):
+        stream.finish()
+    assert mirror.tip() == tip
+    assert mirror.ref_target(SCRATCH_REF) is None
+    fsck(mirror.path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,9 @@ class FastImport:
         require_git()
         self._marks_file = marks_file
         marks_file.unlink(missing_ok=True)
+        # Its messages go to a file, not a pipe: a pipe nobody reads until the end could fill and
+        # stall fast-import while memsync waits on it to read its input.
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _close, after the wait)
         self._process = subprocess.Popen(
             [
                 "git",
@@ -108,7 +112,7 @@ class FastImport:
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._errors,
             env=git_environment(),
         )
         assert self._process.stdin is not None
@@ -208,8 +212,10 @@ class FastImport:
     def _close(self) -> None:
         with contextlib.suppress(BrokenPipeError, ValueError):
             self._stdin.close()
-        assert self._process.stderr is not None
-        errors = self._process.stderr.read().decode("utf-8", "replace").strip()
-        if self._process.wait() != 0:
+        status = self._process.wait()
+        self._errors.seek(0)
+        errors = self._errors.read().decode("utf-8", "replace").strip()
+        self._errors.close()
+        if status != 0:
             detail = " / ".join(errors.splitlines()[-3:]) or f"exit status {self._process.returncode}"
             raise MirrorError(f"git fast-import failed writing the mirror's objects: {detail}")
