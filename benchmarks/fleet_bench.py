@@ -14,10 +14,12 @@ api_fetch_bench's LatencyProxy, which delays every request by that much) one run
 
 On loopback it also runs ``memsync daemon`` twice, over ``--small`` stores and over all of them, each
 until every store's first cycle is done, and prints its threads (``/proc/PID/task``; target: the same
-for both), inotify watches (``/proc/PID/fdinfo``), and anonymous memory (``Pss_Anon`` of the daemon
-and any git process it runs), whose growth per store is the memory a store costs (target: under
-50 KiB). Last, **4 → 5 shards**: how many stores move (about 1/5, all to the new shard), and whether
-the new owner's first pull of them (``--shard 4/5`` into a fresh root) makes the same commit ids.
+for both), inotify watches (``/proc/PID/fdinfo``), and anonymous memory once idle (``Pss_Anon`` of the
+daemon and every process under it), whose growth per store is the memory a store costs (target: under
+50 KiB), and the peak anonymous memory of its first round (benchmarks/anonmem.py: the daemon and its
+git processes summed, sampled every 20 ms). Last, **4 → 5 shards**: how many stores move (about 1/5,
+all to the new shard), and whether the new owner's first pull of them (``--shard 4/5`` into a fresh
+root) makes the same commit ids.
 
     python benchmarks/fleet_bench.py [--stores 200] [--memories 10] [--latency-ms 0,50] [--jobs N]
 """
@@ -40,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from anonmem import LABEL, AnonSampler, tree_total_kib
 from api_fetch_bench import TOKEN, LatencyProxy, Server
 from pull_bench import compile_memsync
 
@@ -135,29 +138,9 @@ def store_ids(base_url: str) -> list[str]:
 # --- the daemon's cost --------------------------------------------------------------------------
 
 
-def _proc_fields(path: str) -> dict[str, int]:
-    fields = {}
-    for line in Path(path).read_text().splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[name] = int(parts[0])
-    return fields
-
-
 def anon_kib(pid: int) -> int:
-    """Pss_Anon of ``pid`` and of its child processes (the git processes it runs), KiB."""
-    total = _proc_fields(f"/proc/{pid}/smaps_rollup").get("Pss_Anon", 0)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == pid:
-                total += _proc_fields(str(entry / "smaps_rollup")).get("Pss_Anon", 0)
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+    """Pss_Anon of ``pid`` and of every process under it (the git processes it runs), KiB."""
+    return tree_total_kib(pid, source="pss")
 
 
 def inotify_watches(pid: int) -> int:
@@ -190,6 +173,7 @@ def measure_daemon(config: Path, mirrors: Path, ids: list[str]) -> dict[str, Any
         env={**os.environ, TOKEN_ENV: TOKEN},
     )
     states = [mirrors / store_id / ".git" / "memsync" / "daemon-state.json" for store_id in ids]
+    sampler = AnonSampler(process.pid).start()  # the first round's peak, git processes included
 
     def settled() -> bool:
         if process.poll() is not None:
@@ -209,6 +193,7 @@ def measure_daemon(config: Path, mirrors: Path, ids: list[str]) -> dict[str, Any
         wait_for(settled, 3600, "the daemon's first cycle of every store")
         first_round = time.perf_counter() - started
         time.sleep(1.0)  # the last state writes
+        peak = sampler.stop()
         pid = process.pid
         return {
             "stores": len(ids),
@@ -216,8 +201,10 @@ def measure_daemon(config: Path, mirrors: Path, ids: list[str]) -> dict[str, Any
             "threads": len(list(Path(f"/proc/{pid}/task").iterdir())),
             "inotify_watches": inotify_watches(pid),
             "anon_kib": anon_kib(pid),
+            "first_round_peak": peak.as_dict(),
         }
     finally:
+        sampler.stop()
         process.terminate()
         try:
             process.wait(timeout=60)
@@ -393,8 +380,11 @@ def _table(report: dict[str, Any]) -> str:
                     f"daemon over {daemon['stores']} stores",
                     f"{daemon['threads']} threads, {daemon['inotify_watches']} inotify watches"
                     f" ({daemon['inotify_watches'] / daemon['stores']:.1f} per store),"
-                    f" {daemon['anon_kib'] / 1024:.1f} MiB anonymous;"
-                    f" first round {daemon['first_round_s']:.1f} s",
+                    f" {daemon['anon_kib'] / 1024:.1f} MiB anonymous once idle;"
+                    f" first round {daemon['first_round_s']:.1f} s,"
+                    f" {LABEL} {daemon['first_round_peak']['peak_anon_mib']:.1f}"
+                    f" (memsync {daemon['first_round_peak']['memsync_peak_mib']:.1f},"
+                    f" git processes {daemon['first_round_peak']['git_peak_mib']:.1f})",
                 )
             )
         rows.append(

@@ -14,9 +14,12 @@ One run prints:
   ``git fast-import`` fed the same commits (``git fast-export`` of the mirror), as the ratio of the
   medians of at least 3 alternated rounds, and a check that both end on the same commit id (target:
   ratio at most 1.0);
-- peak RSS of the import, and of one ``--scale`` times larger (target: within 20 %): memsync's own
-  process, and the largest of the git processes it ran (what ``/usr/bin/time`` reports for a process
-  tree is the larger of the two; both are printed).
+- the peak anonymous memory of the import, memsync's process and every git process it ran summed
+  (fast-import, repack, pack-objects; sampled every 20 ms by benchmarks/anonmem.py, printed as
+  "peak anon MiB (memsync + git)" with the split at the peak), and the same for an import of
+  ``--scale`` times more versions over the same memories, a longer history of the same store
+  (target: within 20 %). Not VmHWM or ru_maxrss: those count the page cache of the mirror's mapped
+  pack files, which the kernel reclaims, and a child's ru_maxrss starts from its parent's.
 
     python benchmarks/pull_bench.py [--versions 10000] [--memories 1000] [--rounds 3] [--scale 10]
 """
@@ -27,7 +30,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from anonmem import LABEL, AnonPeak, run_sampled
 from api_fetch_bench import TOKEN, LatencyProxy, Server
 
 BARE_SCRIPT = r"""
@@ -102,69 +105,25 @@ def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, st
     return wall, out.decode()
 
 
-def run_pull(base_url: str, store_id: str, workdir: Path) -> tuple[float, float, float, dict[str, Any]]:
-    """A first import by `memsync pull` into a fresh root; wall time, peak RSS of memsync and of the
-    largest git process it ran (MiB), its JSON entry."""
+def run_pull(base_url: str, store_id: str, workdir: Path) -> tuple[float, AnonPeak, dict[str, Any]]:
+    """A first import by `memsync pull` into a fresh root; wall time, the peak anonymous memory of
+    memsync and the git processes it ran (sampled from here, benchmarks/anonmem.py), its JSON entry."""
     root = Path(tempfile.mkdtemp(dir=workdir))
     config = root / "memsync.toml"
     config.write_text(
         f'[api]\ndialect = "forward"\nbase_url = "{base_url}"\ntoken_env = "BENCH_TOKEN"\n'
         f'[mirror]\nroot = "m"\n[stores]\ninclude = ["{store_id}"]\n'
     )
-    # The peak is the child's own VmHWM: getrusage's ru_maxrss survives exec on Linux, so it reported
-    # the benchmark's own memory at the fork (the seed of a 100,000-version store: ~300 MiB) instead.
-    script = (
-        "import resource, sys, runpy\n"
-        "sys.argv = ['memsync', '--config', sys.argv[1], 'pull', '--json']\n"
-        "def peak_kib():\n"
-        "    try:\n"
-        "        with open('/proc/self/status') as status:\n"
-        "            return next(int(l.split()[1]) for l in status if l.startswith('VmHWM:'))\n"
-        "    except OSError:\n"
-        "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "try:\n"
-        "    runpy.run_module('memsync', run_name='__main__')\n"
-        "finally:\n"
-        "    sys.stderr.write('PEAK %d\\n' % peak_kib())\n"
+    child, peak, wall = run_sampled(
+        [sys.executable, "-m", "memsync", "--config", str(config), "pull", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "BENCH_TOKEN": TOKEN},
     )
-    git_log = root / "git-peaks.txt"
-    env = {**os.environ, "BENCH_TOKEN": TOKEN}
-    if GNU_TIME.exists():
-        env["PATH"] = f"{measured_git(workdir)}{os.pathsep}{env['PATH']}"
-        env["MEMSYNC_BENCH_GIT_LOG"] = str(git_log)
-    started = time.perf_counter()
-    child = subprocess.run(
-        [sys.executable, "-c", script, str(config)], capture_output=True, text=True, env=env
-    )
-    wall = time.perf_counter() - started
-    peak = [line for line in child.stderr.splitlines() if line.startswith("PEAK ")]
-    if child.returncode != 0 or not peak:
-        raise RuntimeError(f"memsync pull failed: {child.stderr[-2000:]}")
+    if child.returncode != 0:
+        raise RuntimeError(f"memsync pull failed: {child.stderr.decode()[-2000:]}")
     (entry,) = json.loads(child.stdout)["stores"]
-    git_kib = (
-        [int(line) for line in git_log.read_text().split() if line.isdigit()] if git_log.exists() else []
-    )
-    git_peak = max(git_kib, default=0) / 1024 if GNU_TIME.exists() else math.nan
-    return wall, int(peak[-1].split()[1]) / 1024, git_peak, entry | {"repo": str(root / "m" / store_id)}
-
-
-GNU_TIME = Path("/usr/bin/time")
-
-
-def measured_git(workdir: Path) -> Path:
-    """A directory whose ``git`` runs the real one under GNU time, appending its peak RSS (KiB) to
-    the file named by ``MEMSYNC_BENCH_GIT_LOG``. getrusage(RUSAGE_CHILDREN) cannot say: a child
-    forked from memsync starts out with memsync's resident pages counted, and ru_maxrss keeps them
-    across exec."""
-    real = shutil.which("git")
-    if real is None:
-        raise RuntimeError("git is not on PATH")
-    directory = workdir / "measured-git"
-    directory.mkdir(exist_ok=True)
-    wrapper = directory / "git"
-    wrapper.write_text(f'#!/bin/sh\nexec {GNU_TIME} -a -o "$MEMSYNC_BENCH_GIT_LOG" -f %M {real} "$@"\n')
-    wrapper.chmod(0o755)
-    return directory
+    return wall, peak, entry | {"repo": str(root / "m" / store_id)}
 
 
 def run_bare(base_url: str, store_id: str, inflight: int) -> float:
@@ -275,14 +234,12 @@ def scenario(workdir: Path, versions: int, memories: int, rounds: int, latency_m
             targets.append((f"+{latency_ms:g} ms", f"http://127.0.0.1:{proxy.port}"))
         for label, url in targets:
             runs: dict[str, list[float]] = {"memsync": [], "bare-1": [], "bare-8": []}
-            peaks: list[float] = []
-            git_peaks: list[float] = []
+            peaks: list[AnonPeak] = []
             entry: dict[str, Any] = {}
             for _ in range(rounds):  # alternated, so drift in the machine's load hits all alike
-                wall, peak, git_peak, entry = run_pull(url, store_id, workdir)
+                wall, peak, entry = run_pull(url, store_id, workdir)
                 runs["memsync"].append(wall)
                 peaks.append(peak)
-                git_peaks.append(git_peak)
                 runs["bare-1"].append(run_bare(url, store_id, 1))
                 runs["bare-8"].append(run_bare(url, store_id, 8))
             medians = {name: statistics.median(values) for name, values in runs.items()}
@@ -294,8 +251,8 @@ def scenario(workdir: Path, versions: int, memories: int, rounds: int, latency_m
                 "ratio_to_faster_bare": medians["memsync"] / best_bare,
                 "requests": entry["requests"],
                 "requests_minimum": minimum,
-                "peak_rss_mib": max(peaks),
-                "git_peak_rss_mib": max(git_peaks),
+                # the median run's figures (by the peak of the sum)
+                "memory": sorted(peaks, key=lambda p: p.peak_kib)[len(peaks) // 2].as_dict(),
                 "imported": entry["imported"],
             }
             results["repo"] = entry["repo"]
@@ -326,7 +283,7 @@ def main() -> None:
         writing = git_writing_vs_fast_import(Path(main_run["repo"]), workdir, max(args.rounds, 3))
         large: dict[str, Any] | None = None
         if args.scale > 1:
-            large = scenario(workdir, args.versions * args.scale, args.memories * args.scale, 1, 0)
+            large = scenario(workdir, args.versions * args.scale, args.memories, 1, 0)
     report = {"import": main_run, "git_writing": writing, "large": large}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -340,7 +297,7 @@ def main() -> None:
             f"bare one-at-a-time {m['bare-1']:.2f} s, bare 8-in-flight {m['bare-8']:.2f} s, "
             f"ratio to the faster {r['ratio_to_faster_bare']:.2f}; "
             f"requests {r['requests']} (minimum {r['requests_minimum']});"
-            f" peak RSS {r['peak_rss_mib']:.0f} MiB (git processes: {r['git_peak_rss_mib']:.0f} MiB)"
+            f" {LABEL} {_memory(r['memory'])}"
         )
     print(
         f"git writing: HistoryWriter {writing['writer_s']:.2f} s"
@@ -350,13 +307,22 @@ def main() -> None:
     )
     if large is not None:
         small, big = main_run["loopback"], large["loopback"]
-        growth = (big["peak_rss_mib"] / small["peak_rss_mib"] - 1) * 100
+        small_mib, big_mib = small["memory"]["peak_anon_mib"], big["memory"]["peak_anon_mib"]
+        growth = (big_mib / small_mib - 1) * 100
         print(
-            f"x{args.scale}: {large['versions']} versions in {big['median_s']['memsync']:.1f} s "
-            f"({big['versions_per_s']:.0f} versions/s), peak RSS {big['peak_rss_mib']:.0f} MiB vs "
-            f"{small['peak_rss_mib']:.0f} MiB ({growth:+.0f} %); "
-            f"git processes {big['git_peak_rss_mib']:.0f} MiB vs {small['git_peak_rss_mib']:.0f} MiB"
+            f"x{args.scale}: {large['versions']} versions over {large['memories']} memories in"
+            f" {big['median_s']['memsync']:.1f} s ({big['versions_per_s']:.0f} versions/s),"
+            f" {LABEL} {big_mib:.1f} vs {small_mib:.1f} ({growth:+.1f} %, target under 20 %);"
+            f" {_memory(big['memory'])}"
         )
+
+
+def _memory(memory: dict[str, Any]) -> str:
+    split = " + ".join(f"{kind} {mib:.1f}" for kind, mib in memory["at_peak_mib"].items())
+    return (
+        f"{memory['peak_anon_mib']:.1f} MiB ({split} at the peak; own peaks: memsync"
+        f" {memory['memsync_peak_mib']:.1f}, git processes {memory['git_peak_mib']:.1f})"
+    )
 
 
 if __name__ == "__main__":
