@@ -144,7 +144,8 @@ def crash_round(server: ServerProcess, rng: random.Random, work: Path, tally: Ta
                 "pull.version": max(1, sum(left)),
                 "mirror.pack_written": max(1, flushes),
                 "mirror.ref_moved": max(1, flushes),
-                "mirror.pack_renamed": flushes + 2,
+                "mirror.created": len(histories),
+                "checkout.file_written": 4,
                 "checkout.tree_written": 2,
                 "checkout.main_moved": 2,
             }
