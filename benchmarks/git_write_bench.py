@@ -23,23 +23,10 @@ compares the two writers, alternated, medians of ``--rounds``.
 imports ``--sizes`` versions with memsync's writer and prints, for each, the time, the peak
 anonymous memory (memsync's own, the git processes', the split at the peak), the final pack count,
 and the growth of the peak from the first size to the last (target: under 20 %). Options to try
-git-side settings without editing memsync (the benchmark patches memsync.mirror.gitstore in its
-child process): ``--repack "ARGS"`` replaces ``gitstore.REPACK`` (git's arguments after ``git``),
-``--geometric-from N`` replaces ``GEOMETRIC_FROM``, ``--batch-commits N`` sets the writer's batch,
-and three replace what GitStore.repack does (pack-objects' memory goes with the number of objects
-it handles, hence thresholds in objects, not bytes):
-
-- ``--keep-over-objects N``: a ``.keep`` beside every pack of more than N objects before each repack
-  (git repack then neither rewrites nor counts it; only packs without one count towards
-  GEOMETRIC_FROM). git 2.39's walk still goes through the kept packs' trees: no bound.
-- ``--cap-objects N``: once more than GEOMETRIC_FROM packs of fewer than N objects exist, merge those
-  into one and leave the larger ones alone. ``--rollup stdin-packs`` (default) merges them as git
-  repack --geometric does (``pack-objects --stdin-packs``, ``^pack`` for the others); ``--rollup
-  revs`` gives ``pack-objects --revs`` the range of commits they hold (the tip, ``^`` the tip when
-  the last large pack was made), so git walks only that range. The merged pack must hold exactly
-  the objects of the packs it replaces, or the run stops before deleting them.
-- ``--commit-graph "ARGS"``: ``git commit-graph write ARGS`` before each repack (e.g.
-  ``"--reachable --split=no-merge"``), so git's walk reads commits from the graph.
+other settings without editing memsync (the benchmark patches memsync.mirror.gitstore in its child
+process): ``--geometric-from N`` replaces ``GEOMETRIC_FROM`` (open packs before a merge),
+``--sealed-bytes N`` replaces ``SEALED_BYTES`` (the size that seals a pack), ``--batch-commits N``
+sets the writer's batch.
 """
 
 from __future__ import annotations
@@ -49,7 +36,6 @@ import hashlib
 import json
 import os
 import resource
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -67,7 +53,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from anonmem import LABEL, AnonPeak, run_sampled
 
 from memsync.mirror import Mirror, VersionRecord
-from memsync.mirror.gitbinary import git_environment, run_git
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
 from memsync.mirror.trailers import Operation, Trailers, format_message
 
@@ -187,120 +172,25 @@ def child_fast_import(workdir: Path, commits: int, files: int) -> dict[str, Any]
     return dict(wall=wall, cpu=cpu, pack_bytes=_pack_bytes(repo), packs=len(packs), head=head)
 
 
-def _idx_objects(idx: Path) -> int:
-    """The number of objects a version 2 pack index lists (the last entry of its fan-out table)."""
-    with idx.open("rb") as f:
-        f.seek(8 + 255 * 4)
-        return int.from_bytes(f.read(4), "big")
-
-
 def _patch_gitstore(options: dict[str, Any], counters: dict[str, float]) -> None:
-    """Apply the experiments (``--repack``, ``--geometric-from``, ``--keep-over-objects``,
-    ``--cap-objects``, ``--commit-graph``) to GitStore.repack in this process, and count repacks."""
+    """Apply ``--geometric-from`` and ``--sealed-bytes`` to GitStore in this process, and count merges."""
     from memsync.mirror import gitstore
 
-    if options.get("repack"):
-        gitstore.REPACK = list(options["repack"])
     if options.get("geometric_from") is not None:
         gitstore.GEOMETRIC_FROM = int(options["geometric_from"])
-    keep_over = int(options.get("keep_over_objects") or 0)
-    cap = int(options.get("cap_objects") or 0)
-    graph = options.get("commit_graph")
-    rollup = options.get("rollup") or "stdin-packs"
-    boundary: list[str | None] = [None]  # the tip when the newest pack of cap objects or more was made
+    if options.get("sealed_bytes") is not None:
+        gitstore.SEALED_BYTES = int(options["sealed_bytes"])
     original = gitstore.GitStore.repack
-
-    def packs(store: gitstore.GitStore) -> list[Path]:
-        return sorted((store.objects_dir / "pack").glob("pack-*.pack"))
-
-    def write_graph(store: gitstore.GitStore) -> None:
-        # Before a repack: parse_commit then reads a commit from the graph instead of inflating it
-        # and keeping its text, and pack-objects' walk through the whole history costs ~100 bytes a
-        # commit instead of ~600.
-        if graph is not None:
-            run_git(store.path, ["commit-graph", "write", *graph], action="writing the commit-graph")
-
-    def kept_aside(store: gitstore.GitStore) -> bool:
-        # What GitStore.repack would do if it left every pack past keep_over objects as it is
-        # (a .keep file: git repack neither rewrites it nor counts it in the geometry).
-        for pack in packs(store):
-            keep = pack.with_suffix(".keep")
-            if not keep.exists() and _idx_objects(pack.with_suffix(".idx")) > keep_over:
-                keep.touch()
-        if sum(1 for p in packs(store) if not p.with_suffix(".keep").exists()) <= gitstore.GEOMETRIC_FROM:
-            return False
-        write_graph(store)
-        store.close()
-        try:
-            run_git(store.path, gitstore.REPACK, action="repacking the repository")
-        finally:
-            store.reopen()
-        return True
-
-    def capped(store: gitstore.GitStore) -> bool:
-        # Merge the packs of fewer than cap objects once there are more than GEOMETRIC_FROM of them,
-        # and leave the larger ones alone: no repack handles more than about GEOMETRIC_FROM small
-        # packs, whatever the history's length. "stdin-packs" does it as git repack --geometric
-        # does (pack-objects --stdin-packs: the packs to merge, "^pack" for the others, whose trees
-        # git's walk then skips, unlike a .keep pack's); "revs" feeds pack-objects the range of
-        # commits those packs hold (the tip, ^ the tip when the last large pack was made), which
-        # walks that range only: each batch's pack holds exactly the objects its commits brought.
-        found = packs(store)
-        counts = {pack: _idx_objects(pack.with_suffix(".idx")) for pack in found}
-        small = [pack for pack in found if counts[pack] < cap]
-        if len(small) <= gitstore.GEOMETRIC_FROM:
-            return False
-        write_graph(store)
-        tip = store.ref_target(Mirror.MEMSTORE_REF)
-        if rollup == "revs":
-            assert tip is not None
-            flags = ["--revs"]
-            lines = [tip] + [f"^{boundary[0]}"] * (boundary[0] is not None)
-        else:
-            flags = ["--stdin-packs"]
-            lines = [p.name for p in small] + ["^" + p.name for p in found if counts[p] >= cap]
-        settings = [arg for i, arg in enumerate(gitstore.REPACK) if "-c" in gitstore.REPACK[i - 1 : i]]
-        configs = [x for kv in settings for x in ("-c", kv)]
-        flags += ["--delta-base-offset", "--non-empty", "--keep-true-parents", "-q"]
-        base = store.objects_dir / "pack" / "pack"
-        store.close()
-        try:
-            name = subprocess.run(
-                ["git", *configs, "-C", str(store.path), "pack-objects", *flags, str(base)],
-                input="\n".join(lines) + "\n",
-                text=True,
-                capture_output=True,
-                check=True,
-                env=git_environment(),
-            ).stdout.strip()
-            written = _idx_objects(base.parent / f"pack-{name}.idx")
-            if written != sum(counts[pack] for pack in small):
-                raise RuntimeError(f"the merged pack holds {written} objects, the packs it replaces more")
-            for pack in small:
-                for suffix in (".pack", ".idx", ".rev", ".bitmap"):
-                    pack.with_suffix(suffix).unlink(missing_ok=True)
-        finally:
-            store.reopen()
-        if written >= cap:
-            boundary[0] = tip
-        return True
 
     def repack(store: gitstore.GitStore) -> bool:
         started = time.perf_counter()
-        if cap:
-            done = capped(store)
-        elif keep_over:
-            done = kept_aside(store)
-        else:
-            if store.pack_count() > gitstore.GEOMETRIC_FROM:
-                write_graph(store)
-            done = original(store)
+        done = original(store)
         if done:
             counters["repacks"] += 1
             counters["repack_s"] += time.perf_counter() - started
         return done
 
-    gitstore.GitStore.repack = repack  # type: ignore[method-assign,assignment]
+    gitstore.GitStore.repack = repack  # type: ignore[method-assign]
 
 
 def child_writer(workdir: Path, commits: int, files: int, options: dict[str, Any]) -> dict[str, Any]:
@@ -458,30 +348,14 @@ def main() -> int:
     parser.add_argument("--growth", action="store_true", help="memsync's writer at each of --sizes")
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--batch-commits", type=int, default=None)
-    parser.add_argument(
-        "--repack",
-        default=None,
-        help='replaces gitstore.REPACK, e.g. "-c pack.threads=1 repack --geometric=4 -d -q"',
-    )
     parser.add_argument("--geometric-from", type=int, default=None)
-    parser.add_argument("--keep-over-objects", type=int, default=None)
-    parser.add_argument("--cap-objects", type=int, default=None)
-    parser.add_argument("--rollup", choices=["stdin-packs", "revs"], default=None)
-    parser.add_argument(
-        "--commit-graph",
-        default=None,
-        help='git commit-graph write ARGS before each repack, e.g. "--reachable --split"',
-    )
+    parser.add_argument("--sealed-bytes", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="with --growth: also a JSON line")
     args = parser.parse_args()
     options = {
         "batch_commits": args.batch_commits,
-        "repack": shlex.split(args.repack) if args.repack else None,
         "geometric_from": args.geometric_from,
-        "keep_over_objects": args.keep_over_objects,
-        "cap_objects": args.cap_objects,
-        "rollup": args.rollup,
-        "commit_graph": shlex.split(args.commit_graph) if args.commit_graph is not None else None,
+        "sealed_bytes": args.sealed_bytes,
     }
     if args.growth:
         args.rounds = args.rounds or 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import MirrorError, UnsafeInput
-from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord
+from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord, gitstore
 from memsync.mirror.fastimport import SCRATCH_REF, Move
 from memsync.mirror.gitstore import GEOMETRIC_FROM
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME
@@ -538,3 +538,43 @@ def test_git_fast_import_refusing_a_stream_is_a_clear_error_and_moves_nothing(ne
     assert mirror.tip() == tip
     assert mirror.ref_target(SCRATCH_REF) is None
     fsck(mirror.path)
+
+
+@pytest.mark.parametrize("sealed_bytes", [1, 1 << 40], ids=["every-merge-seals", "never-sealed"])
+def test_merging_packs_keeps_everything_any_ref_reflog_or_the_index_reaches(
+    new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch, sealed_bytes: int
+) -> None:
+    # Merges leave sealed packs alone and walk only what lies beyond their tips: git fsck (which
+    # checks that every object refs, reflogs and the index reach is there) is the oracle, through
+    # sealing, a user's commit and staged file, memsync's own refs, and a gc that prunes.
+    monkeypatch.setattr(gitstore, "GEOMETRIC_FROM", 2)
+    monkeypatch.setattr(gitstore, "SEALED_BYTES", sealed_bytes)
+    mirror = new_mirror()
+    items = [
+        record(n, f"mem_{n % 5}", "created" if n < 5 else "updated", f"m{n % 5}.md", b"v%d\n" % n)
+        for n in range(30)
+    ]
+    for n, item in enumerate(items[:20]):
+        write(mirror, [item])
+        if n == 6:
+            mirror.write_metadata(store={"name": "s"}, memories={"mem_0": {"id": "mem_0"}}, when=T0)
+            assert mirror.update_checkout().updated
+            (mirror.path / "mine.md").write_text("a user's note\n")
+            git(mirror.path, "add", "mine.md")
+            git(mirror.path, "commit", "-q", "-m", "mine")
+            (mirror.path / "staged.md").write_text("staged, not committed\n")
+            git(mirror.path, "add", "staged.md")
+        # Open packs never pile up past GEOMETRIC_FROM; sealed ones stay as they were written.
+        assert mirror.pack_count() <= gitstore.GEOMETRIC_FROM + (n // 3 + 1 if sealed_bytes == 1 else 1)
+        fsck(mirror.path)
+    if sealed_bytes == 1:
+        assert mirror.pack_count() > gitstore.GEOMETRIC_FROM + 1  # the sealed packs were left alone
+    mirror.drop_unreachable()  # git gc: its pack is sealed at the refs as they are
+    for item in items[20:]:
+        write(mirror, [item])
+        fsck(mirror.path)
+    assert git(mirror.path, "show", ":staged.md") == "staged, not committed\n"
+    assert git(mirror.path, "show", "main:mine.md") == "a user's note\n"
+    fresh = new_mirror("fresh")
+    write(fresh, items)
+    assert mirror.tip() == fresh.tip()

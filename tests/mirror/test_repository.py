@@ -146,7 +146,7 @@ def test_an_old_git_binary_is_named(
     old_git.write_text("#!/bin/sh\necho 'git version 2.25.1'\n")
     old_git.chmod(old_git.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    with pytest.raises(EnvironmentProblem, match=r"git 2\.25; memsync needs git 2\.32 or newer"):
+    with pytest.raises(EnvironmentProblem, match=r"git 2\.25; memsync needs git 2\.30 or newer"):
         Mirror.init(tmp_path / "store")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memsync.errors import EnvironmentProblem, MirrorError
 
-MIN_GIT_VERSION = (2, 32)  # git repack --geometric
+MIN_GIT_VERSION = (2, 30)
 _VERSION = re.compile(r"git version (\d+)\.(\d+)")
 
 # Variables that would point git at another repository, index or object store than the mirror's.
@@ -79,13 +79,14 @@ def require_git() -> None:
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
-def run_git(repo: Path, args: Sequence[str], *, action: str) -> str:
+def run_git(repo: Path, args: Sequence[str], *, action: str, stdin: str | None = None) -> str:
     """Run ``git -C repo args``; its stdout, or :class:`MirrorError` naming ``action`` and git's
     words. Bytes that are not UTF-8 (a path's) come back surrogate-escaped instead of raising."""
     require_git()
     result = subprocess.run(
         ["git", *NO_HOOKS, "-C", str(repo), *args],
         capture_output=True,
+        input=stdin,
         text=True,
         errors="surrogateescape",
         check=False,

@@ -8,6 +8,8 @@ reads; git's own programs write packs; memsync encodes none of git's formats.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +23,15 @@ from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.paths import encode_path
 
-# How many packs a repository may hold before git repacks it (see GitStore.repack). One thread: the
-# machines memsync runs on are small, and each pack-objects thread has its own delta window.
+# How many open packs a repository may hold before git merges them (see GitStore.repack), and the
+# size at which a pack is sealed: never rewritten again.
 GEOMETRIC_FROM = 8
-# core.deltaBaseCacheLimit: pack-objects' cache of inflated delta bases, 96 MiB by default, held a
-# repack at 100,000 versions 67 MiB above what 1 MiB costs it, in no measurable extra time.
-REPACK = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "repack", "--geometric=2", "-d", "-q"]
+SEALED_BYTES = 4 << 20
+# One thread: the machines memsync runs on are small, and each pack-objects thread has its own delta
+# window. core.deltaBaseCacheLimit: git's cache of inflated delta bases, 96 MiB by default, held a
+# merge at 100,000 versions 67 MiB above what 1 MiB costs it, in no measurable extra time.
+PACK_OBJECTS = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "pack-objects"]
+PACKS_FILE = "packs.json"  # {"sealed": [pack file names], "tips": [what the refs pointed at then]}
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
@@ -425,21 +430,86 @@ class GitStore:
         return len(list((self.objects_dir / "pack").glob("pack-*.pack")))
 
     def repack(self) -> bool:
-        """Keep the packs few, by git's own means; True if git repacked.
+        """Keep the packs few, by git's own means; True if git merged some.
 
-        Each batch of an import is one pack. Past :data:`GEOMETRIC_FROM` packs, ``git repack
-        --geometric=2`` merges the smallest ones until each pack is at least twice the size of all
-        smaller ones together: a handful of packs at any size, and each object rewritten only a
-        logarithmic number of times.
+        Each batch of an import is one pack. Once more than :data:`GEOMETRIC_FROM` open (unsealed)
+        packs exist, ``git pack-objects --revs`` writes one pack of everything the refs, reflogs and
+        index reach beyond the tips recorded when the last pack was sealed, and the open packs go;
+        the new pack is sealed once it reaches :data:`SEALED_BYTES`. The walk covers only history
+        since the last seal, so a merge's memory does not grow with the mirror's age (``git repack
+        --geometric`` walks all of it, and so grows; benchmarks/git_write_bench.py --growth).
+
+        Why deleting the open packs loses nothing reachable: a sealed pack holds everything reachable
+        from its tips that earlier seals did not (it was written by this very walk), so what the
+        new pack leaves out is in a sealed pack. Without a trustworthy record (a pack sealed here
+        is gone: ``git gc`` ran) the walk starts from nothing and every pack is merged once.
         """
-        if self.pack_count() <= GEOMETRIC_FROM:
+        pack_dir = self.objects_dir / "pack"
+        packs = {path.name for path in pack_dir.glob("pack-*.pack")}
+        # A pack someone keeps (.keep) or a cruft pack of git gc's (.mtimes) is git's, not ours.
+        foreign = {
+            p
+            for p in packs
+            if any(pack_dir.joinpath(p).with_suffix(s).exists() for s in (".keep", ".mtimes"))
+        }
+        sealed, tips = self._packs_record()
+        if not set(sealed) <= packs or not all(self.object_type(tip) is not None for tip in tips):
+            sealed, tips = [], []
+        open_packs = packs - set(sealed) - foreign
+        if len(open_packs) <= GEOMETRIC_FROM:
             return False
+        wanted = self._tips()
+        revisions = "".join(f"{tip}\n" for tip in wanted) + "".join(f"^{tip}\n" for tip in tips)
+        args = [*PACK_OBJECTS, "--revs", "--reflog", "--indexed-objects", "--delta-base-offset", "-q"]
         self.close()  # the pack files about to go are not held open
         try:
-            run_git(self.path, REPACK, action="repacking the repository")
+            name = run_git(
+                self.path, [*args, str(pack_dir / "pack")], stdin=revisions, action="merging the packs"
+            ).strip()
+            merged = f"pack-{name}.pack"
+            for old in sorted(open_packs if tips else packs - foreign):
+                if old != merged:
+                    _delete_pack(pack_dir / old)
+            if (pack_dir / merged).stat().st_size >= SEALED_BYTES:
+                # The reflogs' commits too: pack-objects --reflog starts from each of them, and one
+                # not in the boundary would have git walk from there down to a boundary commit.
+                sealed, tips = [*sealed, merged] if tips else [merged], self._tips(reflogs=True)
+            self._save_packs_record(sealed, tips)
         finally:
             self.reopen()
         return True
+
+    def _tips(self, *, reflogs: bool = False) -> list[str]:
+        """What the refs (and a detached HEAD) point at; with ``reflogs``, every commit their reflogs
+        name as well."""
+        tips = set(self.direct_refs().values())
+        head = self.head()
+        if head.branch is None and head.target is not None:
+            tips.add(head.target)
+        if reflogs:
+            with translated("reading the reflogs"):
+                for name in ["HEAD", *self._repo.references]:
+                    try:
+                        entries = list(self._repo.references[name].log())
+                    except (KeyError, pygit2.GitError):
+                        continue
+                    tips.update(str(oid) for e in entries for oid in (e.oid_old, e.oid_new))
+            tips.discard("0" * 40)
+            tips = {tip for tip in tips if self.object_type(tip) is not None}
+        return sorted(tips)
+
+    def _packs_record(self) -> tuple[list[str], list[str]]:
+        try:
+            record = json.loads((self.state_dir / PACKS_FILE).read_text(encoding="utf-8"))
+            return [str(p) for p in record["sealed"]], [str(t) for t in record["tips"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return [], []
+
+    def _save_packs_record(self, sealed: list[str], tips: list[str]) -> None:
+        target = self.state_dir / PACKS_FILE
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"sealed": sealed, "tips": tips}), encoding="utf-8")
+        os.replace(temporary, target)
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
         """Expire reflogs and prune every object nothing reaches (content that must leave for good).
@@ -462,6 +532,9 @@ class GitStore:
             run_git(self.path, ["gc", "--prune=now", "--quiet"], action="pruning unreachable objects")
         finally:
             self.reopen()
+        # git gc packed everything reachable: its packs are sealed at the refs as they are now.
+        packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
+        self._save_packs_record(packs, self._tips(reflogs=True))
 
     def fsck(self) -> None:
         """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
@@ -502,3 +575,9 @@ def is_repository(path: Path) -> bool:
     except (pygit2.GitError, OSError):
         return False
     return True
+
+
+def _delete_pack(pack: Path) -> None:
+    # The index first: without it no reader looks into the pack, whatever is left of it.
+    for suffix in (".idx", ".pack", ".rev", ".bitmap"):
+        pack.with_suffix(suffix).unlink(missing_ok=True)
