@@ -438,6 +438,8 @@ class ViewWriter:
         if self._rebuild:
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
             self._view.drop_unreachable()
+        else:
+            self._view.repack()
         return tip
 
     def _write_batch(self) -> None:
