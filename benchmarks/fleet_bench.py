@@ -1,4 +1,4 @@
-"""Thousands of small stores: memsync's commands and daemon over a fleet (issue 20, design.md §5).
+"""Thousands of small stores: memsync's commands and daemon over a fleet (docs/design.md §5).
 
 The reference server is seeded (``--seed``) with ``--stores`` Forward stores of ``--memories``
 memories each, in three folders. For each ``--latency-ms`` (0 is loopback; others go through

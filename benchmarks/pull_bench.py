@@ -1,10 +1,10 @@
-"""`memsync pull` end to end, side by side with its yardsticks (issue 6, design.md §5).
+"""`memsync pull` end to end, side by side with its yardsticks (docs/design.md §5).
 
 One run prints:
 
 - versions per second of a first import of ``--versions`` versions over ``--memories`` memories from
   the local reference server, whole process (``memsync pull`` as a user runs it);
-- the HTTP requests it made against the minimum of design.md §5 (ceil(V/100) list pages plus one
+- the HTTP requests it made against the minimum of docs/design.md §5 (ceil(V/100) list pages plus one
   content request per version whose content is new);
 - the same, next to two bare scripts that only list and fetch the same contents from the same server
   (one request at a time with keep-alive; 8 in flight), median of ``--rounds`` alternated runs, on
