@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import pygit2
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
@@ -69,6 +69,9 @@ def machine_settings(ci_examples: int = 20) -> settings:
         stateful_step_count=int(os.environ.get("MEMSYNC_PUSH_MACHINE_STEPS", 30 if soak else 15)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        # The explain phase traces every line of each replay (sys.settrace, many times slower):
+        # on a busy machine a failure then ran into the suite's timeout and its message was lost.
+        phases=[phase for phase in Phase if phase is not Phase.explain],
     )
 
 
