@@ -387,6 +387,8 @@ class AnthropicPushMachine(PushMachine):
 @pytest.mark.parametrize(
     ("machine", "ci_examples"), [(PushMachine, 20), (AnthropicPushMachine, 20)], ids=["forward", "anthropic"]
 )
-def test_state_machine(machine: type[PushMachine], ci_examples: int, server: ServerProcess) -> None:
-    machine.server = server
+def test_state_machine(machine: type[PushMachine], ci_examples: int, server_factory: Any) -> None:
+    # A server of its own: the session's shared one holds every earlier test's stores by now, and
+    # this machine makes thousands of requests.
+    machine.server = server_factory()
     run_state_machine_as_test(machine, settings=machine_settings(ci_examples))
