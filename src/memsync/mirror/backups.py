@@ -49,7 +49,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import FormatError, PathEncodingError, translated
 from memsync.mirror.gitbinary import require_git, run_git
-from memsync.mirror.gitstore import GitStore, blob_at, is_repository
+from memsync.mirror.gitstore import GitStore, blob_at, is_repository, temporary_beside
 from memsync.mirror.history import PathMap, replay
 from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
@@ -72,7 +72,6 @@ _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 # tells the next run that the replaced objects are still in the backup.
 PRUNE_NOTE = "backup-prune-pending"
 # A local backup repository is made at ".<name>.memsync-tmp-<pid>" beside its path, then renamed.
-_TEMPORARY_PREFIX = ".{name}.memsync-tmp-"
 
 
 @dataclass(frozen=True)
@@ -437,10 +436,9 @@ def _ensure_local_repository(path: Path) -> bool:
     # Made whole under a temporary sibling name, then renamed into place: a kill while libgit2
     # writes it leaves no half-made repository at ``path`` (the next run would refuse that as "not a
     # git repository" for good), only a temporary the next creation removes.
-    temporary = path.parent / f"{_TEMPORARY_PREFIX.format(name=path.name)}{os.getpid()}"
     with translated(f"creating the backup repository {path}"):
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(path)
+        temporary = temporary_beside(path)
         if temporary.exists():
             shutil.rmtree(temporary)  # this process's own, from an attempt that failed
         try:
@@ -475,21 +473,6 @@ def _not_a_repository(path: Path) -> str:
         f"the backup path {path} is {what}: memsync leaves it untouched and backs nothing up there."
         " Point [[backup.remotes]] url at a new or empty path, or move it away and run again"
     )
-
-
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete what killed memsync processes left while creating ``path`` (their pid is gone)."""
-    prefix = _TEMPORARY_PREFIX.format(name=path.name)
-    for temporary in path.parent.iterdir():
-        pid = temporary.name.removeprefix(prefix)
-        if not temporary.name.startswith(prefix) or not pid.isdigit() or temporary.is_symlink():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(temporary, ignore_errors=True)
-        except (PermissionError, OverflowError):
-            continue  # alive under another user, or no pid at all: not ours to remove
 
 
 def _prune_local(path: Path) -> None:

@@ -23,6 +23,7 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, Repositor
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
+from memsync.mirror.gitstore import process_gone
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 
@@ -195,13 +196,8 @@ def _killed_checkout(mirror: GitStore) -> float | None:
         started = mark.stat().st_mtime
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return started
-    except PermissionError:
-        return None
-    return None  # alive (or the pid was reused): not ours to judge
+    # Alive (or the pid was reused): not ours to judge.
+    return started if process_gone(pid) else None
 
 
 def _clear_killed_checkout(mirror: GitStore) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -581,3 +582,25 @@ def _delete_pack(pack: Path) -> None:
     # The index first: without it no reader looks into the pack, whatever is left of it.
     for suffix in (".idx", ".pack", ".rev", ".bitmap"):
         pack.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process has this id (one alive under another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def temporary_beside(path: Path) -> Path:
+    """Where this process makes a repository whole before renaming it to ``path``, after removing
+    what killed processes left there (their pid is gone)."""
+    prefix = f".{path.name}.memsync-tmp-"
+    for stale in path.parent.glob(f"{prefix}*"):
+        pid = stale.name.removeprefix(prefix)
+        if pid.isdigit() and not stale.is_symlink() and process_gone(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return path.parent / f"{prefix}{os.getpid()}"

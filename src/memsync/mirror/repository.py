@@ -31,7 +31,7 @@ from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checko
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitstore import GitStore
+from memsync.mirror.gitstore import GitStore, temporary_beside
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -164,10 +164,7 @@ class Mirror(GitStore):
         # Made whole beside it, then renamed into place: a kill part way leaves no repository at
         # ``path`` that is not yet a mirror (the next run would refuse it for good), only a hidden
         # temporary that the next creation of this mirror removes.
-        for stale in root.parent.glob(f".{root.name}.memsync-init-*"):
-            if not _alive(stale.name.rsplit("-", 1)[-1]):
-                shutil.rmtree(stale, ignore_errors=True)
-        temporary = root.parent / f".{root.name}.memsync-init-{os.getpid()}"
+        temporary = temporary_beside(root)
         shutil.rmtree(temporary, ignore_errors=True)
         try:
             with cls(temporary, create=True) as made:
@@ -407,16 +404,6 @@ class Mirror(GitStore):
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` of the metadata branch."""
         return read_metadata(self, commit)
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _replace_old_exclude_block(target: Path) -> bool:
