@@ -331,14 +331,12 @@ class GitStore:
         with translated("writing a blob"):
             return str(self._repo.create_blob(data))
 
-    def write_tree(self, files: Mapping[str, str], *, base: str | None = None) -> str:
-        """A tree of ``{tree path: blob or tree id}`` entries over ``base`` (a tree id, or empty)."""
+    def write_tree(self, files: Mapping[str, str]) -> str:
+        """A tree of ``{tree path: blob id}`` (paths that do not collide: one pass, no checks)."""
         with translated("writing a tree"):
             index = pygit2.Index()
-            if base is not None:
-                index.read_tree(self._repo[base].peel(pygit2.Tree))
-            for path, oid in files.items():
-                index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), pygit2.enums.FileMode.BLOB))
+            for path, blob in files.items():
+                index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), pygit2.enums.FileMode.BLOB))
             return str(index.write_tree(self._repo))
 
     def write_flat_tree(
