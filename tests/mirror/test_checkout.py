@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
+
+import pygit2
+import pytest
 
 from memsync.mirror import Mirror, VersionRecord
 from tests.mirror.oracle import fsck, git, record
@@ -74,6 +78,48 @@ def test_remote_changes_arrive_and_leave(new_mirror: NewMirror) -> None:
     assert not (mirror.path / "deep").exists()  # emptied directories go too
     assert mirror.ref_target(mirror.BASE_REF) == tip
     assert porcelain(mirror) == ""
+
+
+def test_a_file_deleted_here_that_the_tip_turns_into_a_folder(new_mirror: NewMirror) -> None:
+    # The remote renamed d to d/e.md while the user deleted d: the deletion agrees with the tip, and
+    # the checkout goes on (libgit2 alone fails this one with "null OID cannot exist").
+    mirror = new_mirror()
+    imported(mirror, record(1, "mem_d", "created", "d", b"d\n"), record(2, "mem_x", "created", "x/d", b"x\n"))
+    mirror.update_checkout()
+    (mirror.path / "d").unlink()
+    shutil.rmtree(mirror.path / "x")
+    tip = imported(
+        mirror,
+        record(3, "mem_d", "deleted", "d", None),
+        record(4, "mem_e", "created", "d/e.md", b"d\n"),
+        record(5, "mem_x", "deleted", "x/d", None),
+        record(6, "mem_y", "created", "x/d/y.md", b"x\n"),
+    )
+    result = mirror.update_checkout()
+    assert result.updated and result.tip == tip
+    assert on_disk(mirror.path) == {"d/e.md": b"d\n", "x/d/y.md": b"x\n"}
+    assert porcelain(mirror) == ""
+    fsck(mirror.path)
+
+
+def test_a_refused_checkout_leaves_deleted_files_deleted(new_mirror: NewMirror) -> None:
+    mirror = new_mirror()
+    imported(
+        mirror, record(1, "mem_d", "created", "d", b"d\n"), record(2, "mem_a", "created", "a.md", b"a\n")
+    )
+    mirror.update_checkout()
+    (mirror.path / "d").unlink()
+    (mirror.path / "a.md").write_bytes(b"my edit\n")
+    tip = imported(
+        mirror,
+        record(3, "mem_d", "deleted", "d", None),
+        record(4, "mem_e", "created", "d/e.md", b"d\n"),
+        record(5, "mem_a", "updated", "a.md", b"remote a\n"),
+    )
+    with pytest.raises(pygit2.GitError):
+        mirror.checkout(mirror.tree(tip), strategy=pygit2.enums.CheckoutStrategy.SAFE)
+    assert on_disk(mirror.path) == {"a.md": b"my edit\n"}
+    assert porcelain(mirror) == " M a.md\n D d\n"
 
 
 def test_a_local_edit_is_never_overwritten(new_mirror: NewMirror) -> None:

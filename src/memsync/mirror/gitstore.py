@@ -8,6 +8,7 @@ reads; git's own programs write packs; memsync encodes none of git's formats.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -311,7 +312,42 @@ class GitStore:
         paths: list[str] | None = None,
     ) -> None:
         """libgit2's checkout of ``tree`` into the index and working tree (its errors as they come)."""
-        self._repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
+        restored = self._restore_hollow_files(tree)
+        try:
+            self._repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
+        except pygit2.GitError:
+            # Nothing was checked out: the files put back are deleted again, as the user left them.
+            for path, data in restored.items():
+                with contextlib.suppress(OSError):
+                    if path.read_bytes() == data:
+                        path.unlink()
+            raise
+
+    def _restore_hollow_files(self, tree: pygit2.Tree) -> dict[Path, bytes]:
+        """Put back HEAD's files that are missing from the working tree where ``tree`` has a folder.
+
+        libgit2 (1.9) fails any checkout that turns a file already deleted from the working tree into
+        a folder, with "null OID cannot exist" (the remote renamed ``d`` to ``d/e.md`` while the user
+        deleted ``d``). With the file back as HEAD has it, the checkout deletes it itself. Returns
+        the files written, ``{path: bytes}``.
+        """
+        repo = self._repo
+        if repo.head_is_unborn or repo.workdir is None:
+            return {}
+        baseline = repo.head.peel(pygit2.Tree)
+        restored: dict[Path, bytes] = {}
+        for delta in baseline.diff_to_tree(tree).deltas:
+            path = delta.old_file.path
+            if delta.status != pygit2.enums.DeltaStatus.DELETED or path not in tree:
+                continue
+            on_disk = self.workdir / path
+            if tree[path].type != pygit2.enums.ObjectType.TREE or os.path.lexists(on_disk):
+                continue
+            data = repo[delta.old_file.id].peel(pygit2.Blob).data
+            on_disk.parent.mkdir(parents=True, exist_ok=True)
+            on_disk.write_bytes(data)
+            restored[on_disk] = data
+        return restored
 
     def head(self) -> Head:
         """Where HEAD is, and which git operation (rebase, merge, ...) is in progress."""
