@@ -1,4 +1,4 @@
-"""The ``git`` binary: a run-time dependency for what pygit2 does not do (fast-import, repack, fsck).
+"""The ``git`` binary: a run-time dependency for what pygit2 does not do (fast-import, pack-objects, gc).
 
 memsync checks for it once per process and says clearly what is missing (docs/design.md §3).
 """

@@ -461,9 +461,6 @@ class GitStore:
         self.state_dir.mkdir(exist_ok=True)
         return FastImport(self.git_dir, self.state_dir / "import-marks")
 
-    def pack_count(self) -> int:
-        return len(list((self.objects_dir / "pack").glob("pack-*.pack")))
-
     def repack(self) -> bool:
         """Keep the packs few, by git's own means; True if git merged some.
 
@@ -574,10 +571,6 @@ class GitStore:
         # git gc packed everything reachable: its packs are sealed at the refs as they are now.
         packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
         self._save_packs_record(packs, self._tips(reflogs=True))
-
-    def fsck(self) -> None:
-        """Run ``git fsck --strict``; :class:`MirrorError` with its findings if it is not clean."""
-        run_git(self.path, ["fsck", "--strict", "--no-progress"], action=f"git fsck of {self.path}")
 
 
 def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
