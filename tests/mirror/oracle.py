@@ -20,6 +20,11 @@ def git(repo: Path, *args: str, check: bool = True, input: bytes | None = None) 
     return result.stdout.decode("utf-8", "surrogateescape")
 
 
+def pack_count(repo: Path) -> int:
+    """The packs git counts in ``repo`` (``git count-objects -v``)."""
+    return int(git(repo, "count-objects", "-v").split("packs: ")[1].split()[0])
+
+
 def fsck(repo: Path) -> None:
     result = subprocess.run(
         ["git", "-C", str(repo), "fsck", "--strict", "--no-progress", "--no-dangling"],

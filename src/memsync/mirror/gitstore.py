@@ -312,7 +312,7 @@ class GitStore:
         paths: list[str] | None = None,
     ) -> None:
         """libgit2's checkout of ``tree`` into the index and working tree (its errors as they come)."""
-        restored = self._restore_hollow_files(tree)
+        restored = self._restore_hollow_files(tree, None if paths is None else set(paths))
         try:
             self._repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
         except pygit2.GitError:
@@ -323,13 +323,13 @@ class GitStore:
                         path.unlink()
             raise
 
-    def _restore_hollow_files(self, tree: pygit2.Tree) -> dict[Path, bytes]:
+    def _restore_hollow_files(self, tree: pygit2.Tree, paths: set[str] | None) -> dict[Path, bytes]:
         """Put back HEAD's files that are missing from the working tree where ``tree`` has a folder.
 
         libgit2 (1.9) fails any checkout that turns a file already deleted from the working tree into
         a folder, with "null OID cannot exist" (the remote renamed ``d`` to ``d/e.md`` while the user
-        deleted ``d``). With the file back as HEAD has it, the checkout deletes it itself. Returns
-        the files written, ``{path: bytes}``.
+        deleted ``d``). With the file back as HEAD has it, the checkout deletes it itself. Only
+        among ``paths`` when the checkout is limited to them; returns the files written.
         """
         repo = self._repo
         if repo.head_is_unborn or repo.workdir is None:
@@ -339,6 +339,8 @@ class GitStore:
         for delta in baseline.diff_to_tree(tree).deltas:
             path = delta.old_file.path
             if delta.status != pygit2.enums.DeltaStatus.DELETED or path not in tree:
+                continue
+            if paths is not None and path not in paths:
                 continue
             on_disk = self.workdir / path
             if tree[path].type != pygit2.enums.ObjectType.TREE or os.path.lexists(on_disk):
