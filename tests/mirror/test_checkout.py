@@ -102,6 +102,29 @@ def test_a_file_deleted_here_that_the_tip_turns_into_a_folder(new_mirror: NewMir
     fsck(mirror.path)
 
 
+def test_a_folder_emptied_here_that_the_tip_turns_into_a_file(new_mirror: NewMirror) -> None:
+    # The remote moved d/e.md to d while the user deleted the folder d: the file d arrives (libgit2
+    # alone skips it silently, and main would then lack a file the working tree never got).
+    mirror = new_mirror()
+    imported(
+        mirror,
+        record(1, "mem_e", "created", "d/e.md", b"e\n"),
+        record(2, "mem_f", "created", "d/f.md", b"f\n"),
+    )
+    mirror.update_checkout()
+    shutil.rmtree(mirror.path / "d")
+    tip = imported(
+        mirror,
+        record(3, "mem_e", "deleted", "d/e.md", None),
+        record(4, "mem_f", "deleted", "d/f.md", None),
+        record(5, "mem_d", "created", "d", b"d\n"),
+    )
+    result = mirror.update_checkout()
+    assert result.updated and result.tip == tip
+    assert on_disk(mirror.path) == {"d": b"d\n"}
+    assert porcelain(mirror) == ""
+
+
 def test_a_refused_checkout_leaves_deleted_files_deleted(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     imported(

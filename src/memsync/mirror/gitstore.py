@@ -324,12 +324,16 @@ class GitStore:
             raise
 
     def _restore_hollow_files(self, tree: pygit2.Tree, paths: set[str] | None) -> dict[Path, bytes]:
-        """Put back HEAD's files that are missing from the working tree where ``tree`` has a folder.
+        """Put back HEAD's files that are missing from the working tree where ``tree`` changes a file
+        into a folder or a folder into a file.
 
-        libgit2 (1.9) fails any checkout that turns a file already deleted from the working tree into
-        a folder, with "null OID cannot exist" (the remote renamed ``d`` to ``d/e.md`` while the user
-        deleted ``d``). With the file back as HEAD has it, the checkout deletes it itself. Only
-        among ``paths`` when the checkout is limited to them; returns the files written.
+        libgit2 (1.9) mishandles both when the old side is already deleted from the working tree. A
+        file that becomes a folder fails the checkout with "null OID cannot exist" (the remote
+        renamed ``d`` to ``d/e.md`` while the user deleted ``d``). A folder that becomes a file is
+        skipped without a word: the new file is neither written nor indexed, and would then read as
+        the user's deletion of it. With the old files back as HEAD has them, the checkout replaces
+        them itself. Only among ``paths`` when the checkout is limited to them; returns the files
+        written.
         """
         repo = self._repo
         if repo.head_is_unborn or repo.workdir is None:
@@ -338,12 +342,12 @@ class GitStore:
         restored: dict[Path, bytes] = {}
         for delta in baseline.diff_to_tree(tree).deltas:
             path = delta.old_file.path
-            if delta.status != pygit2.enums.DeltaStatus.DELETED or path not in tree:
+            if delta.status != pygit2.enums.DeltaStatus.DELETED:
                 continue
             if paths is not None and path not in paths:
                 continue
             on_disk = self.workdir / path
-            if tree[path].type != pygit2.enums.ObjectType.TREE or os.path.lexists(on_disk):
+            if os.path.lexists(on_disk) or not _changes_kind(tree, path):
                 continue
             data = repo[delta.old_file.id].peel(pygit2.Blob).data
             on_disk.parent.mkdir(parents=True, exist_ok=True)
@@ -573,6 +577,21 @@ class GitStore:
         # git gc packed everything reachable: its packs are sealed at the refs as they are now.
         packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
         self._save_packs_record(packs, self._tips(reflogs=True))
+
+
+def _changes_kind(tree: pygit2.Tree, path: str) -> bool:
+    """Whether ``tree`` has a folder at ``path`` (a file there becomes one), or a file at one of the
+    folders above it (its folder becomes a file)."""
+    if path in tree and tree[path].type == pygit2.enums.ObjectType.TREE:
+        return True
+    parts = path.split("/")
+    for cut in range(1, len(parts)):
+        above = "/".join(parts[:cut])
+        if above not in tree:
+            return False
+        if tree[above].type != pygit2.enums.ObjectType.TREE:
+            return True
+    return False
 
 
 def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
