@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -123,6 +124,25 @@ def test_a_folder_emptied_here_that_the_tip_turns_into_a_file(new_mirror: NewMir
     assert result.updated and result.tip == tip
     assert on_disk(mirror.path) == {"d": b"d\n"}
     assert porcelain(mirror) == ""
+
+
+def test_nothing_is_put_back_through_a_symlinked_folder(new_mirror: NewMirror, tmp_path: Path) -> None:
+    # The user replaced the folder x with a link to a folder elsewhere: x/d is not written through it.
+    mirror = new_mirror()
+    imported(mirror, record(1, "mem_d", "created", "x/d", b"d\n"))
+    mirror.update_checkout()
+    shutil.rmtree(mirror.path / "x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mirror.path / "x").symlink_to(elsewhere)
+    tip = imported(
+        mirror, record(2, "mem_d", "deleted", "x/d", None), record(3, "mem_e", "created", "x/d/e.md", b"e\n")
+    )
+    untouched = elsewhere.stat().st_mtime_ns  # a file written there and deleted again changes it
+    with contextlib.suppress(pygit2.GitError):
+        mirror.checkout(mirror.tree(tip), strategy=pygit2.enums.CheckoutStrategy.SAFE)
+    assert list(elsewhere.iterdir()) == []
+    assert elsewhere.stat().st_mtime_ns == untouched
 
 
 def test_a_refused_checkout_leaves_deleted_files_deleted(new_mirror: NewMirror) -> None:

@@ -347,7 +347,11 @@ class GitStore:
             if paths is not None and path not in paths:
                 continue
             on_disk = self.workdir / path
-            if os.path.lexists(on_disk) or not _changes_kind(tree, path):
+            if (
+                os.path.lexists(on_disk)
+                or not _changes_kind(tree, path)
+                or not _plain_folders(self.workdir, path)
+            ):
                 continue
             data = repo[delta.old_file.id].peel(pygit2.Blob).data
             on_disk.parent.mkdir(parents=True, exist_ok=True)
@@ -577,6 +581,20 @@ class GitStore:
         # git gc packed everything reachable: its packs are sealed at the refs as they are now.
         packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
         self._save_packs_record(packs, self._tips(reflogs=True))
+
+
+def _plain_folders(root: Path, path: str) -> bool:
+    """Whether writing ``path`` under ``root`` stays inside it: no ``..`` or ``.git`` part, and no
+    existing folder on the way that is a symbolic link (the user's, leading anywhere)."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") or part.lower() == ".git" for part in parts):
+        return False
+    folder = root
+    for part in parts[:-1]:
+        folder = folder / part
+        if os.path.islink(folder) or (os.path.lexists(folder) and not folder.is_dir()):
+            return False
+    return True
 
 
 def _changes_kind(tree: pygit2.Tree, path: str) -> bool:
