@@ -20,10 +20,10 @@ from typing import Literal, Self
 import pygit2
 
 from memsync.errors import MirrorError
-from memsync.mirror.errors import RefMoved, translated
+from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
-from memsync.mirror.paths import encode_path
+from memsync.mirror.paths import decode_path, encode_path
 
 # How many open packs a repository may hold before git merges them (see GitStore.repack), and the
 # size at which a pack is sealed: never rewritten again.
@@ -584,13 +584,15 @@ class GitStore:
 
 
 def _plain_folders(root: Path, path: str) -> bool:
-    """Whether writing ``path`` under ``root`` stays inside it: no ``..`` or ``.git`` part, and no
-    existing folder on the way that is a symbolic link (the user's, leading anywhere)."""
-    parts = path.split("/")
-    if any(part in ("", ".", "..") or part.lower() == ".git" for part in parts):
+    """Whether writing ``path`` under ``root`` stays inside it: a path as memsync spells one (so no
+    ``..`` or ``.git`` part), and no existing folder on the way that is a symbolic link (the user's,
+    leading anywhere)."""
+    try:
+        decode_path(path)
+    except PathEncodingError:
         return False
     folder = root
-    for part in parts[:-1]:
+    for part in path.split("/")[:-1]:
         folder = folder / part
         if os.path.islink(folder) or (os.path.lexists(folder) and not folder.is_dir()):
             return False
