@@ -81,49 +81,43 @@ def test_remote_changes_arrive_and_leave(new_mirror: NewMirror) -> None:
     assert porcelain(mirror) == ""
 
 
-def test_a_file_deleted_here_that_the_tip_turns_into_a_folder(new_mirror: NewMirror) -> None:
-    # The remote renamed d to d/e.md while the user deleted d: the deletion agrees with the tip, and
-    # the checkout goes on (libgit2 alone fails this one with "null OID cannot exist").
+# (what main holds, what the user deletes, what the tip then holds): libgit2 alone fails the first
+# ("null OID cannot exist") and silently skips d in the second, which main would then lack on disk.
+KIND_CHANGES = {
+    # The remote renamed d to d/e.md (and x/d to x/d/y.md) while the user deleted d and x.
+    "a-deleted-file-becomes-a-folder": (
+        {"d": b"d\n", "x/d": b"x\n"},
+        ["d", "x"],
+        {"d/e.md": b"d\n", "x/d/y.md": b"x\n"},
+    ),
+    # The remote moved d/e.md to d (and deleted d/f.md) while the user deleted the folder d.
+    "an-emptied-folder-becomes-a-file": ({"d/e.md": b"e\n", "d/f.md": b"f\n"}, ["d"], {"d": b"d\n"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KIND_CHANGES))
+def test_what_the_user_deleted_may_change_kind_at_the_tip(new_mirror: NewMirror, case: str) -> None:
+    before, deleted, after = KIND_CHANGES[case]
     mirror = new_mirror()
-    imported(mirror, record(1, "mem_d", "created", "d", b"d\n"), record(2, "mem_x", "created", "x/d", b"x\n"))
-    mirror.update_checkout()
-    (mirror.path / "d").unlink()
-    shutil.rmtree(mirror.path / "x")
-    tip = imported(
-        mirror,
-        record(3, "mem_d", "deleted", "d", None),
-        record(4, "mem_e", "created", "d/e.md", b"d\n"),
-        record(5, "mem_x", "deleted", "x/d", None),
-        record(6, "mem_y", "created", "x/d/y.md", b"x\n"),
+    ids = {path: f"mem_{n}" for n, path in enumerate(sorted(before | after))}
+    imported(
+        mirror, *(record(n, ids[p], "created", p, data) for n, (p, data) in enumerate(before.items(), 1))
     )
+    mirror.update_checkout()
+    for path in deleted:
+        target = mirror.path / path
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    changes = [record(10 + n, ids[p], "deleted", p, None) for n, p in enumerate(before)]
+    changes += [record(20 + n, ids[p], "created", p, data) for n, (p, data) in enumerate(after.items())]
+    tip = imported(mirror, *changes)
     result = mirror.update_checkout()
     assert result.updated and result.tip == tip
-    assert on_disk(mirror.path) == {"d/e.md": b"d\n", "x/d/y.md": b"x\n"}
+    assert on_disk(mirror.path) == after
     assert porcelain(mirror) == ""
     fsck(mirror.path)
-
-
-def test_a_folder_emptied_here_that_the_tip_turns_into_a_file(new_mirror: NewMirror) -> None:
-    # The remote moved d/e.md to d while the user deleted the folder d: the file d arrives (libgit2
-    # alone skips it silently, and main would then lack a file the working tree never got).
-    mirror = new_mirror()
-    imported(
-        mirror,
-        record(1, "mem_e", "created", "d/e.md", b"e\n"),
-        record(2, "mem_f", "created", "d/f.md", b"f\n"),
-    )
-    mirror.update_checkout()
-    shutil.rmtree(mirror.path / "d")
-    tip = imported(
-        mirror,
-        record(3, "mem_e", "deleted", "d/e.md", None),
-        record(4, "mem_f", "deleted", "d/f.md", None),
-        record(5, "mem_d", "created", "d", b"d\n"),
-    )
-    result = mirror.update_checkout()
-    assert result.updated and result.tip == tip
-    assert on_disk(mirror.path) == {"d": b"d\n"}
-    assert porcelain(mirror) == ""
 
 
 def test_nothing_is_put_back_through_a_symlinked_folder(new_mirror: NewMirror, tmp_path: Path) -> None:
