@@ -102,9 +102,7 @@ class FastImport:
                 # objects loose, and a daemon's small pulls would pile up loose files.
                 "-c",
                 "fastimport.unpackLimit=0",
-                # Relative, from the git dir itself: with an absolute --git-dir the same stream faulted
-                # in several times the pages and ran over twice as long (benchmarks/git_write_bench.py).
-                "--git-dir=.",
+                f"--git-dir={git_dir}",
                 "fast-import",
                 "--quiet",
                 "--done",
@@ -115,7 +113,6 @@ class FastImport:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
-            cwd=git_dir,
             env=git_environment(),
         )
         assert self._process.stdin is not None
