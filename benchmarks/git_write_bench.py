@@ -7,8 +7,8 @@ must end at the same head commit id; the script asserts it.
 
 Each writer runs in a process of its own, in a fresh repository, and generates its input as it goes
 (neither holds the whole history in memory, as a pull does not): memsync's writer
-(``Mirror.history_writer()``: a ``git fast-import`` per batch of 1,000 commits, ``git repack
---geometric=2 -d`` past 8 packs), and a script that pipes the same commits into one
+(``Mirror.history_writer()``: a ``git fast-import`` per batch of 1,000 commits, ``git pack-objects``
+merging past 8 open packs), and a script that pipes the same commits into one
 ``git fast-import``. Times are the writing process's wall clock, input generation included for
 both; CPU is that process's and its git children's. Memory is the peak *anonymous* memory of the
 writing process plus every git process under it, sampled every 20 ms (benchmarks/anonmem.py):
