@@ -38,7 +38,7 @@ import shutil
 import stat
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -239,14 +239,7 @@ class RefPush:
     message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "local": self.local,
-            "remote": self.remote,
-            "old": self.old,
-            "new": self.new,
-            "status": self.status,
-            "message": self.message,
-        }
+        return asdict(self)
 
 
 @dataclass
