@@ -216,7 +216,7 @@ def rewrite_redacted(
             # A commit that already records its version as redacted was written from a redacted version.
             return not old.trailers.redacted
         if version in recontent and old.trailers.redacted:
-            return _wrote_content(old.trailers) != (recontent[version] is not None)
+            return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
         return False
 
     affected = [i for i, old in enumerate(history.commits) if is_affected(old)]
@@ -235,7 +235,8 @@ def rewrite_redacted(
             version = history.commits[index].trailers.version_id
             if version not in pending.versions:
                 pending.versions.append(version)
-            for blob in _written_blob(mirror, history.commits[index]):
+            blob = _written_blob(mirror, history.commits[index])
+            if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
         pending.save(pending_file)
@@ -334,19 +335,22 @@ class _History:
         return cls(found)
 
 
-def _wrote_content(trailers: Trailers) -> bool:
-    """Whether the commit set its memory's file (a redacted one: to the content the memory served)."""
-    return trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None
+def _written_path(trailers: Trailers) -> str | None:
+    """The memory path whose file the commit set (a redacted one: to the content the memory served);
+    None when it set none (a delete, a skip, or no content)."""
+    if trailers.operation == "deleted" or trailers.skipped is not None:
+        return None
+    return trailers.memory_path
 
 
-def _written_blob(mirror: Mirror, old: _OldCommit) -> list[str]:
-    """The blob a commit wrote for its version (none for a delete, a skip, or no content)."""
-    trailers = old.trailers
-    if trailers.memory_path is None or trailers.operation == "deleted" or trailers.skipped is not None:
-        return []
+def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
+    """The blob a commit wrote for its version (None when it wrote none)."""
+    path = _written_path(old.trailers)
+    if path is None:
+        return None
     with translated(f"reading commit {old.id}"):
-        blob = blob_at(mirror.tree(old.id), trailers.memory_path)
-    return [str(blob.id)] if blob is not None else []
+        blob = blob_at(mirror.tree(old.id), path)
+    return str(blob.id) if blob is not None else None
 
 
 def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
@@ -381,17 +385,19 @@ def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
 def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> VersionRecord:
     """The record that made ``old``, as far as the commit tells (exactly, for what a rewrite needs)."""
     trailers = old.trailers
-    writes = trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None
+    writes = _written_path(trailers) is not None
     moved_from = known if writes and known is not None and known != trailers.memory_path else None
     content: bytes | None = None
-    if writes and (trailers.redacted or trailers.content_sha256 is None):
-        # A redacted version that still wrote content (the live memory's current content): the
-        # writer needs the bytes, a hash alone would not make it write the file.
+    # A redacted version that still wrote content (the live memory's current content): the writer
+    # needs the bytes, a hash alone would not make it write the file. Nor can it write content the
+    # mirror cannot find by its hash.
+    if writes and (
+        trailers.redacted
+        or trailers.content_sha256 is None
+        or mirror.blob_for_sha256(trailers.content_sha256) is None
+    ):
         blob = _written_blob(mirror, old)
-        content = mirror.read_blob(blob[0]) if blob else None
-    elif writes and mirror.blob_for_sha256(trailers.content_sha256 or "") is None:
-        blob = _written_blob(mirror, old)
-        content = mirror.read_blob(blob[0]) if blob else None
+        content = mirror.read_blob(blob) if blob is not None else None
     return VersionRecord(
         version_id=trailers.version_id,
         memory_id=trailers.memory_id,
@@ -768,12 +774,7 @@ def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:
     found: set[str] = set()
 
     def add(trailers: Trailers) -> None:
-        if (
-            trailers.memory_path is not None
-            and trailers.operation != "deleted"
-            and trailers.skipped is None
-            and trailers.content_sha256 is not None
-        ):
+        if _written_path(trailers) is not None and trailers.content_sha256 is not None:
             found.add(trailers.content_sha256)
 
     for kept in old.commits[:start]:
