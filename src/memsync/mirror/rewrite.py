@@ -35,7 +35,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,10 +76,7 @@ class KeptContent:
     blob: str | None
 
     def describe(self) -> str:
-        parts = [self.where]
-        if self.path is not None:
-            parts.append(self.path)
-        return ": ".join(parts)
+        return self.where if self.path is None else f"{self.where}: {self.path}"
 
 
 @dataclass(frozen=True)
@@ -100,24 +97,14 @@ class RewriteReport:
     shared: tuple[str, ...] = ()
     kept: tuple[KeptContent, ...] = ()
     remaining: tuple[str, ...] = ()
-    pruned: bool = False
+    pruned: bool = True
     warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "versions": list(self.versions),
-            "first_commit": self.first_commit,
-            "old_tip": self.old_tip,
-            "new_tip": self.new_tip,
-            "commits": self.commits,
-            "refs": list(self.refs),
-            "removed": list(self.removed),
-            "shared": list(self.shared),
-            "kept": [{"where": k.where, "path": k.path, "blob": k.blob} for k in self.kept],
-            "remaining": list(self.remaining),
-            "pruned": self.pruned,
-            "warnings": list(self.warnings),
-        }
+        # Lists where the fields hold tuples: the report reads as it would once loaded from JSON.
+        return asdict(
+            self, dict_factory=lambda items: {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+        )
 
     def summary(self) -> str:
         """One line for the user: what was rewritten and what stays."""
@@ -157,9 +144,7 @@ class _Pending:
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"versions": self.versions, "blobs": self.blobs}, indent=1), encoding="utf-8"
-        )
+        tmp.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
         os.replace(tmp, path)
 
 
@@ -208,7 +193,7 @@ def rewrite_redacted(
     pending = _Pending.load(pending_file)
     if not replacements and not recontent and pending is None:
         return None  # the common full scan: nothing redacted since the import, nothing owed
-    history = _History.read(mirror)
+    history = _read_history(mirror)
 
     def is_affected(old: _OldCommit) -> bool:
         version = old.trailers.version_id
@@ -219,35 +204,37 @@ def rewrite_redacted(
             return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
         return False
 
-    affected = [i for i, old in enumerate(history.commits) if is_affected(old)]
+    affected = [i for i, old in enumerate(history) if is_affected(old)]
     if not affected and pending is None:
         return None
     pending = pending or _Pending()
     old_tip = mirror.tip()
     new_tip = old_tip
     first_commit: str | None = None
+    parent: str | None = None  # the last commit the rewrite keeps
     mapping: dict[str, str] = {}
     commits = 0
     if affected:
         start = affected[0]
-        first_commit = history.commits[start].id
+        first_commit = history[start].id
+        parent = history[start - 1].id if start > 0 else None
         for index in affected:
-            version = history.commits[index].trailers.version_id
+            version = history[index].trailers.version_id
             if version not in pending.versions:
                 pending.versions.append(version)
-            blob = _written_blob(mirror, history.commits[index])
+            blob = _written_blob(mirror, history[index])
             if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
         pending.save(pending_file)
-        new_tip, mapping = _derive(mirror, history, start, replacements, recontent)
-        commits = len(history.commits) - start
+        new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
+        commits = len(history) - start
         crash_point("rewrite.history_written")
-    carried = _Carrier(mirror, mapping)
+    carried = _Carrier(mirror, mapping, parent)
     refs, kept, warnings = carried.carry_everything(pending)
     crash_point("rewrite.refs_carried")
+    _append_superseded(mirror, {**mapping, **carried.replaced})
     if mapping:
-        _append_superseded(mirror, {**mapping, **carried.replaced})
         assert new_tip is not None
         if new_tip != old_tip:
             mirror.set_ref_if_equals(
@@ -255,11 +242,9 @@ def rewrite_redacted(
             )
         mirror.delete_ref_if_equals(WORK_REF, new_tip)
         crash_point("rewrite.tip_moved")
-    elif carried.replaced:
-        _append_superseded(mirror, carried.replaced)
     _prune(mirror)
     crash_point("rewrite.pruned")
-    shared_hashes = _contents_in_history(mirror, history, affected[0] if affected else 0)
+    shared_hashes = _contents_in_history(mirror, history[: affected[0]] if affected else [], parent)
     removed: list[str] = []
     shared: list[str] = []
     remaining: list[str] = []
@@ -272,7 +257,7 @@ def rewrite_redacted(
                 shared.append(blob)
             elif blob not in kept_blobs:
                 remaining.append(blob)
-    kept.extend(_scan_state_files(mirror, carried.redacted_contents()))
+    kept.extend(_scan_state_files(mirror, carried.redacted.values()))
     if remaining:
         warnings.append(
             f"{len(remaining)} redacted content(s) are still in the repository and memsync cannot tell"
@@ -292,7 +277,6 @@ def rewrite_redacted(
         shared=tuple(shared),
         kept=tuple(kept),
         remaining=tuple(remaining),
-        pruned=True,
         warnings=tuple(warnings),
     )
 
@@ -309,30 +293,22 @@ class _OldCommit:
     author_email: str
 
 
-@dataclass
-class _History:
-    commits: list[_OldCommit]  # oldest first
-
-    @classmethod
-    def read(cls, mirror: Mirror) -> _History:
-        tip = mirror.tip()
-        if tip is None:
-            return cls([])
-        found: list[_OldCommit] = []
-        with translated("reading the imported history"):
-            for commit in mirror.walk(tip, oldest_first=True):
-                commit_id = str(commit.id)
-                message = commit.message
-                found.append(
-                    _OldCommit(
-                        id=commit_id,
-                        trailers=parse_message(message, commit_id),
-                        summary=message.split("\n", 1)[0],
-                        author_name=commit.author.name,
-                        author_email=commit.author.email,
-                    )
-                )
-        return cls(found)
+def _read_history(mirror: Mirror) -> list[_OldCommit]:
+    """The commits of ``memstore/main``, oldest first."""
+    tip = mirror.tip()
+    if tip is None:
+        return []
+    with translated("reading the imported history"):
+        return [
+            _OldCommit(
+                id=str(commit.id),
+                trailers=parse_message(commit.message, str(commit.id)),
+                summary=commit.message.split("\n", 1)[0],
+                author_name=commit.author.name,
+                author_email=commit.author.email,
+            )
+            for commit in mirror.walk(tip, oldest_first=True)
+        ]
 
 
 def _written_path(trailers: Trailers) -> str | None:
@@ -421,13 +397,13 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
 
 def _derive(
     mirror: Mirror,
-    history: _History,
-    start: int,
+    rewritten: list[_OldCommit],
+    parent: str | None,
     replacements: Mapping[str, VersionRecord],
     recontent: Mapping[str, bytes | None],
 ) -> tuple[str | None, dict[str, str]]:
-    """Write the commits from ``start`` on again on :data:`WORK_REF`; (new tip, old → new ids)."""
-    parent = history.commits[start - 1].id if start > 0 else None
+    """Write the commits ``rewritten`` again on :data:`WORK_REF`, on ``parent`` (their old parent,
+    which stays); (new tip, old → new ids)."""
     current = mirror.ref_target(WORK_REF)
     if current is not None:
         # A rewrite killed earlier left its work here; it is derived again from scratch.
@@ -437,7 +413,7 @@ def _derive(
     # The old history's path map, to recover what each commit's summary line was made from.
     known = mirror.path_map_at(parent).copy()
     writer = HistoryWriter(mirror, ref=WORK_REF, keep_ids=True)
-    for old in history.commits[start:]:
+    for old in rewritten:
         version = old.trailers.version_id
         replacement = replacements.get(version)
         if replacement is not None:
@@ -454,8 +430,7 @@ def _derive(
         apply_trailers(known, old.trailers)
     tip = writer.flush()
     assert writer.written is not None
-    mapping = dict(zip((old.id for old in history.commits[start:]), writer.written, strict=True))
-    return tip, mapping
+    return tip, dict(zip((old.id for old in rewritten), writer.written, strict=True))
 
 
 # --- carrying everything else over ------------------------------------------------------------------
@@ -464,28 +439,23 @@ def _derive(
 class _Carrier:
     """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
 
-    def __init__(self, mirror: Mirror, mapping: Mapping[str, str]) -> None:
+    def __init__(self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None) -> None:
+        """``mapping``: old → new id of each rewritten commit; ``first_old``: the parent of the
+        first of them (None: the history was rewritten from its root)."""
         self._mirror = mirror
         self._mapping = dict(mapping)
         self.replaced: dict[str, str] = {}  # commits made again on the new history (old → new)
-        self._first_old = self._oldest_parent()
+        self._first_old = first_old
         self._kept: list[KeptContent] = []
-        self._redacted: dict[str, bytes] = {}
-
-    def _oldest_parent(self) -> str | None:
-        if not self._mapping:
-            return None
-        first = next(iter(self._mapping))
-        parents = self._mirror.commit(first).parent_ids
-        return str(parents[0]) if parents else None
+        # The redacted bytes, read before pruning removes them (to look for them elsewhere).
+        self.redacted: dict[str, bytes] = {}
 
     def carry_everything(self, pending: _Pending) -> tuple[list[str], list[KeptContent], list[str]]:
         """Carry every ref and the checkout; (refs moved, redacted content kept, warnings)."""
-        self._redacted = {}
         with translated("reading the redacted contents"):
             for blob in pending.blobs:
                 if self._mirror.has_object(blob):
-                    self._redacted[blob] = self._mirror.read_blob(blob)
+                    self.redacted[blob] = self._mirror.read_blob(blob)
         moved: list[str] = []
         warnings: list[str] = []
         with translated("moving refs onto the rewritten history"):
@@ -513,10 +483,6 @@ class _Carrier:
 
     # --- commits ---------------------------------------------------------------------------------
 
-    def redacted_contents(self) -> list[bytes]:
-        """The redacted bytes, read before pruning removed them (to look for them elsewhere)."""
-        return list(self._redacted.values())
-
     def _carry(self, commit: str, where: str) -> str:
         """The commit on the new history that stands for ``commit``."""
         if not self._mapping:
@@ -533,14 +499,22 @@ class _Carrier:
             new_parents = [self._mapping.get(p) or self.replaced.get(p) or p for p in parents]
             if new_parents == parents:
                 continue
-            self.replaced[old] = self._remake(item, parents, new_parents, where)
+            self.replaced[old] = self._remake(item, parents[0], new_parents, where)
         return self.replaced.get(commit, commit)
 
-    def _remake(self, commit: pygit2.Commit, parents: list[str], new_parents: list[str], where: str) -> str:
+    def _remake(self, commit: pygit2.Commit, old_parent: str, new_parents: list[str], where: str) -> str:
         """``commit`` again on ``new_parents``: its own changes kept, the rest from the new parent."""
-        old_base = self._mirror.tree(parents[0])
-        new_base = self._mirror.tree(new_parents[0])
-        tree = self._carry_tree(commit.tree, old_base, new_base, where)
+        tree = str(commit.tree.id)
+        changes = _tree_changes(self._mirror.tree(old_parent), self._mirror.tree(new_parents[0]))
+        if changes:
+            mine = self._mirror.tree_files(tree)
+            edits: list[tuple[str, str | None]] = []
+            for path, (before, after) in _removals_first(changes):
+                if mine.get(path) == before:
+                    edits.append((path, after))
+                elif path in mine and self._holds_redacted(mine[path]):
+                    self._kept.append(KeptContent(where, path, mine[path]))
+            tree = self._mirror.edit_tree(tree, edits)
         return self._mirror.recommit(str(commit.id), tree, new_parents)
 
     def _scrub(self, commit: str, where: str) -> str:
@@ -550,13 +524,13 @@ class _Carrier:
         redacted content goes. A file that merely contains the redacted bytes among others (the
         conflict markers, the user's ``local`` side) is the user's work: kept, and reported.
         """
-        if not self._redacted:
+        if not self.redacted:
             return commit
         found = self._mirror.commit(commit)
         files = self._mirror.tree_files(commit)
-        exact = [path for path, blob in files.items() if blob in self._redacted]
+        exact = [path for path, blob in files.items() if blob in self.redacted]
         for path, blob in sorted(files.items()):
-            if blob not in self._redacted and self._holds_redacted(blob):
+            if blob not in self.redacted and self._holds_redacted(blob):
                 self._kept.append(KeptContent(where, path, blob))
         if not exact:
             return commit
@@ -565,26 +539,13 @@ class _Carrier:
         self.replaced[commit] = new
         return new
 
-    def _carry_tree(self, tree: pygit2.Tree, old_base: pygit2.Tree, new_base: pygit2.Tree, where: str) -> str:
-        changes = _tree_changes(old_base, new_base)
-        if not changes:
-            return str(tree.id)
-        mine = self._mirror.tree_files(str(tree.id))
-        edits: list[tuple[str, str | None]] = []
-        for path, (before, after) in _removals_first(changes):
-            if mine.get(path) == before:
-                edits.append((path, after))
-            elif path in mine and self._holds_redacted(mine[path]):
-                self._kept.append(KeptContent(where, path, mine[path]))
-        return self._mirror.edit_tree(str(tree.id), edits)
-
     def _holds_redacted(self, blob: str) -> bool:
-        if blob in self._redacted:
+        if blob in self.redacted:
             return True
         return self._contains_redacted(self._mirror.read_blob(blob))
 
     def _contains_redacted(self, data: bytes) -> bool:
-        return any(content and content in data for content in self._redacted.values())
+        return any(content and content in data for content in self.redacted.values())
 
     # --- the checkout ----------------------------------------------------------------------------
 
@@ -604,9 +565,8 @@ class _Carrier:
             _tree_changes(self._mirror.tree(old), self._mirror.tree(new))
         ):
             self._carry_file(workdir, path, before, after)
-            staged = index[path].id if path in index else None
-            staged_hex = str(staged) if staged is not None else None
-            if staged_hex == before:
+            staged = str(index[path].id) if path in index else None
+            if staged == before:
                 if after is None:
                     index.remove(path)
                 else:
@@ -645,7 +605,7 @@ class _Carrier:
     def _report_working_tree(self) -> None:
         """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
         said so (the index's blob is an object of the repository, the file is the user's)."""
-        if not self._redacted:
+        if not self.redacted:
             return
         workdir = self._mirror.workdir
         index = self._mirror.index()
@@ -689,10 +649,11 @@ class _Carrier:
                     old_new.append(carried.encode("ascii"))
                 line = b" ".join([*old_new, fields[2]]) + tab + message
             rewritten.append(line)
-        old = old_stash
-        new = self._carry(old, STASH_REF)
-        if new != old:
-            self._mirror.set_ref_if_equals(STASH_REF, new, old, message="memsync: carried over a redaction")
+        new_stash = self._carry(old_stash, STASH_REF)
+        if new_stash != old_stash:
+            self._mirror.set_ref_if_equals(
+                STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
+            )
             changed = True
         if changed and lines:
             tmp = log_file.with_suffix(".memsync-tmp")
@@ -765,11 +726,11 @@ def _prune(mirror: Mirror) -> None:
     mirror.drop_unreachable(keep_reflog=STASH_REF)
 
 
-def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:
+def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: str | None) -> set[str]:
     """SHA-256 of every content a version wrote in the imported history as it is now.
 
-    The commits before ``start`` did not change: their trailers were read already. Only the
-    rewritten part is read again.
+    The ``unchanged`` commits (up to ``parent``) were not rewritten: their trailers were read
+    already. Only the rewritten part is read again.
     """
     found: set[str] = set()
 
@@ -777,13 +738,13 @@ def _contents_in_history(mirror: Mirror, old: _History, start: int) -> set[str]:
         if _written_path(trailers) is not None and trailers.content_sha256 is not None:
             found.add(trailers.content_sha256)
 
-    for kept in old.commits[:start]:
+    for kept in unchanged:
         add(kept.trailers)
     tip = mirror.tip()
     if tip is None:
         return found
     with translated("reading the rewritten history"):
-        for commit in mirror.walk(tip, since=old.commits[start - 1].id if start > 0 else None):
+        for commit in mirror.walk(tip, since=parent):
             add(parse_message(commit.message, str(commit.id)))
     return found
 
