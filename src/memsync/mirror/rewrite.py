@@ -208,27 +208,20 @@ def rewrite_redacted(
     if not affected and pending is None:
         return None
     pending = pending or _Pending()
-    old_tip = mirror.tip()
-    new_tip = old_tip
-    first_commit: str | None = None
-    parent: str | None = None  # the last commit the rewrite keeps
-    mapping: dict[str, str] = {}
-    commits = 0
+    old_tip = new_tip = mirror.tip()
+    start = affected[0] if affected else 0
+    parent = history[start - 1].id if start > 0 else None  # the last commit the rewrite keeps
+    mapping: dict[str, str] = {}  # old → new id of every commit from ``start`` on
     if affected:
-        start = affected[0]
-        first_commit = history[start].id
-        parent = history[start - 1].id if start > 0 else None
-        for index in affected:
-            version = history[index].trailers.version_id
-            if version not in pending.versions:
-                pending.versions.append(version)
-            blob = _written_blob(mirror, history[index])
+        for old in (history[index] for index in affected):
+            if old.trailers.version_id not in pending.versions:
+                pending.versions.append(old.trailers.version_id)
+            blob = _written_blob(mirror, old)
             if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
         pending.save(pending_file)
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
-        commits = len(history) - start
         crash_point("rewrite.history_written")
     carried = _Carrier(mirror, mapping, parent)
     refs, kept, warnings = carried.carry_everything(pending)
@@ -244,7 +237,7 @@ def rewrite_redacted(
         crash_point("rewrite.tip_moved")
     _prune(mirror)
     crash_point("rewrite.pruned")
-    shared_hashes = _contents_in_history(mirror, history[: affected[0]] if affected else [], parent)
+    shared_hashes = _contents_in_history(mirror, history[:start], parent)
     removed: list[str] = []
     shared: list[str] = []
     remaining: list[str] = []
@@ -268,10 +261,10 @@ def rewrite_redacted(
         pending_file.unlink(missing_ok=True)
     return RewriteReport(
         versions=tuple(pending.versions),
-        first_commit=first_commit,
+        first_commit=next(iter(mapping), None),
         old_tip=old_tip,
         new_tip=mirror.tip(),
-        commits=commits,
+        commits=len(mapping),
         refs=tuple(refs),
         removed=tuple(removed),
         shared=tuple(shared),
