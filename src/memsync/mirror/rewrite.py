@@ -30,6 +30,7 @@ force-update a remote ref only from one of those (``memsync backup``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -480,10 +481,8 @@ class _Carrier:
         """The commit on the new history that stands for ``commit``."""
         if not self._mapping:
             return commit
-        if commit in self._mapping:
-            return self._mapping[commit]
-        if commit in self.replaced:
-            return self.replaced[commit]
+        if commit in self._mapping or commit in self.replaced:
+            return self._mapping.get(commit) or self.replaced[commit]
         for item in self._mirror.walk(commit, since=self._first_old, oldest_first=True):
             old = str(item.id)
             if old in self._mapping or old in self.replaced:
@@ -533,9 +532,7 @@ class _Carrier:
         return new
 
     def _holds_redacted(self, blob: str) -> bool:
-        if blob in self.redacted:
-            return True
-        return self._contains_redacted(self._mirror.read_blob(blob))
+        return blob in self.redacted or self._contains_redacted(self._mirror.read_blob(blob))
 
     def _contains_redacted(self, data: bytes) -> bool:
         return any(content and content in data for content in self.redacted.values())
@@ -582,13 +579,9 @@ class _Carrier:
             return  # the user changed it: theirs; reported by _report_working_tree
         if after is None:
             file.unlink()
-            for parent in file.parents:
-                if parent == workdir:
-                    break
-                try:
-                    parent.rmdir()
-                except OSError:
-                    break
+            with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
+                for folder in Path(path).parents[:-1]:
+                    (workdir / folder).rmdir()
             return
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_name(f".{file.name}.memsync-tmp")
@@ -628,31 +621,25 @@ class _Carrier:
             lines = log_file.read_bytes().splitlines(keepends=True)
         except FileNotFoundError:
             lines = []
-        changed = False
         rewritten: list[bytes] = []
         for line in lines:
             head, tab, message = line.partition(b"\t")
-            fields = head.split(b" ", 2)
+            fields = head.split(b" ", 2)  # old id, new id, who and when
             if len(fields) == 3:
-                old_new = []
-                for value in fields[:2]:
-                    text = value.decode("ascii")
-                    carried = self._carry(text, STASH_REF) if set(text) != {"0"} else text
-                    changed = changed or carried != text
-                    old_new.append(carried.encode("ascii"))
-                line = b" ".join([*old_new, fields[2]]) + tab + message
+                ids = [value.decode("ascii") for value in fields[:2]]
+                carried = [self._carry(i, STASH_REF) if set(i) != {"0"} else i for i in ids]
+                line = " ".join(carried).encode("ascii") + b" " + fields[2] + tab + message
             rewritten.append(line)
         new_stash = self._carry(old_stash, STASH_REF)
         if new_stash != old_stash:
             self._mirror.set_ref_if_equals(
                 STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
             )
-            changed = True
-        if changed and lines:
+        if rewritten != lines:
             tmp = log_file.with_suffix(".memsync-tmp")
             tmp.write_bytes(b"".join(rewritten))
             os.replace(tmp, log_file)
-        return changed
+        return new_stash != old_stash or rewritten != lines
 
     def _carry_pseudo_refs(self) -> list[str]:
         moved = []
