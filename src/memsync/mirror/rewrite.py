@@ -712,21 +712,14 @@ def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: st
     The ``unchanged`` commits (up to ``parent``) were not rewritten: their trailers were read
     already. Only the rewritten part is read again.
     """
-    found: set[str] = set()
-
-    def add(trailers: Trailers) -> None:
-        if _written_path(trailers) is not None and trailers.content_sha256 is not None:
-            found.add(trailers.content_sha256)
-
-    for kept in unchanged:
-        add(kept.trailers)
+    every = [old.trailers for old in unchanged]
     tip = mirror.tip()
-    if tip is None:
-        return found
-    with translated("reading the rewritten history"):
-        for commit in mirror.walk(tip, since=parent):
-            add(parse_message(commit.message, str(commit.id)))
-    return found
+    if tip is not None:
+        with translated("reading the rewritten history"):
+            every.extend(
+                parse_message(commit.message, str(commit.id)) for commit in mirror.walk(tip, since=parent)
+            )
+    return {t.content_sha256 for t in every if _written_path(t) is not None and t.content_sha256 is not None}
 
 
 def _scan_state_files(mirror: Mirror, contents: Iterable[bytes]) -> list[KeptContent]:
