@@ -86,16 +86,14 @@ class BlobHashes:
         return self._known
 
     def sha256(self, blob: str) -> str:
-        known = self._load()
-        found = known.get(blob)
+        found = self._load().get(blob)
         if found is None:
             found = hashlib.sha256(self._mirror.read_blob(blob)).hexdigest()
-            known[blob] = found
-            self._new[blob] = found
+            self.learn(blob, found)
         return found
 
     def learn(self, blob: str, sha256: str) -> None:
-        """Record a hash computed elsewhere (memsync just wrote the blob from those bytes)."""
+        """Record ``blob``'s hash (computed here, or from the bytes memsync just wrote it from)."""
         known = self._load()
         if blob not in known:
             known[blob] = sha256
@@ -244,28 +242,16 @@ def write_base(
         target = tip
         _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
     else:
-        target = _base_commit_for(mirror, entries, tip, when or datetime.now(UTC))
+        spelled = spell_all(entries)  # the paths as the working tree spells them
+        tree = mirror.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
+        body = "".join(f"{entries[path].memory_id} {quote_for_message(path)}\n" for path in sorted(entries))
+        message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
+        stamp = int((when or datetime.now(UTC)).timestamp())
+        signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
+        target = mirror.create_commit(tree, [tip] if tip is not None else [], signature, message)
     if target != expected_old:
         mirror.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
     return target
-
-
-def build_tree(mirror: Mirror, blobs: Mapping[str, str]) -> str:
-    """The tree id of ``{memory path: blob}``, at the paths' working-tree spellings."""
-    spelled = spell_all(blobs)
-    return mirror.write_tree({spelled[memory_path]: blob for memory_path, blob in blobs.items()})
-
-
-def _base_commit_for(
-    mirror: Mirror, entries: Mapping[str, SnapshotEntry], tip: str | None, when: datetime
-) -> str:
-    tree = build_tree(mirror, {path: entry.blob for path, entry in entries.items()})
-    lines = [f"{entries[path].memory_id} {quote_for_message(path)}" for path in sorted(entries)]
-    body = "\n".join(lines)
-    message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
-    stamp = int(when.timestamp())
-    signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
-    return mirror.create_commit(tree, [tip] if tip is not None else [], signature, message)
 
 
 def _is_base_message(message: str) -> bool:
