@@ -41,7 +41,6 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -88,11 +87,9 @@ class Merger:
 
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
         """Merge ``local`` and ``remote`` over ``base`` (None: both sides created the file)."""
-        if local == remote:
+        if local == remote or remote == base:
             return MergeResult(True, local)
-        if base is not None and remote == base:
-            return MergeResult(True, local)
-        if base is not None and local == base:
+        if local == base:
             return MergeResult(True, remote)
         clean, content = self._scratch().merge_file(base, (LOCAL_LABEL, local), (REMOTE_LABEL, remote))
         if base is None and clean:
@@ -116,9 +113,7 @@ class Merger:
     def __enter__(self) -> Merger:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -185,10 +180,9 @@ def record_conflict(
         "Remote-Memory-Id": remote_memory_id,
         "Remote-SHA256": _sha(remote),
         "Local-SHA256": _sha(local),
+        **({"Base-SHA256": _sha(base)} if base is not None else {}),
+        "Markers-SHA256": _sha(markers),
     }
-    if base is not None:
-        trailers["Base-SHA256"] = _sha(base)
-    trailers["Markers-SHA256"] = _sha(markers)
     message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
         f"{key}: {value}\n" for key, value in trailers.items()
     )
@@ -201,14 +195,9 @@ def record_conflict(
 
 def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
     """The recorded conflicts by memory path."""
-    found: dict[str, ConflictRecord] = {}
-    for ref in mirror.refs(CONFLICTS_PREFIX):
-        commit = mirror.ref_target(ref)
-        if commit is None:
-            continue
-        record = _parse(mirror, ref, commit)
-        found[record.memory_path] = record
-    return found
+    targets = {ref: mirror.ref_target(ref) for ref in mirror.refs(CONFLICTS_PREFIX)}
+    records = [_parse(mirror, ref, commit) for ref, commit in targets.items() if commit is not None]
+    return {record.memory_path: record for record in records}
 
 
 def conflict_side(mirror: Mirror, record: ConflictRecord, side: str) -> bytes | None:
