@@ -61,9 +61,9 @@ SUPERSEDED_FILE = "superseded"
 PENDING_FILE = "rewrite-pending"
 # Caches that name commits of the old history; all are rebuilt from history when missing.
 CACHE_FILES = ("paths.json", "content-index", FACTS_FILE)
-# Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
 # memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
 RECORDS_PREFIX = "refs/memsync/"
+# Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
 PSEUDO_REFS = ("ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "FETCH_HEAD", "AUTO_MERGE")
 _HEX40 = re.compile(rb"\b[0-9a-f]{40}\b")
 
@@ -236,7 +236,10 @@ def rewrite_redacted(
             )
         mirror.delete_ref_if_equals(WORK_REF, new_tip)
         crash_point("rewrite.tip_moved")
-    _prune(mirror)
+    for name in CACHE_FILES:
+        (mirror.state_dir / name).unlink(missing_ok=True)
+    # Reflogs expire (but the stash's, already rewritten, stays) and what nothing reaches goes.
+    mirror.drop_unreachable(keep_reflog=STASH_REF)
     crash_point("rewrite.pruned")
     shared_hashes = _contents_in_history(mirror, history[:start], parent)
     removed: list[str] = []
@@ -669,13 +672,14 @@ def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> dict[str, tuple[str | N
     """``{tree path: (blob before or None, blob after or None)}`` for every file that differs."""
     changes: dict[str, tuple[str | None, str | None]] = {}
     for delta in old.diff_to_tree(new).deltas:
-        status = delta.status
-        before = None if status == pygit2.enums.DeltaStatus.ADDED else str(delta.old_file.id)
-        after = None if status == pygit2.enums.DeltaStatus.DELETED else str(delta.new_file.id)
-        if before is not None:
-            changes[delta.old_file.path] = (before, changes.get(delta.old_file.path, (None, None))[1])
-        if after is not None:
-            changes[delta.new_file.path] = (changes.get(delta.new_file.path, (None, None))[0], after)
+        # No rename detection: one path per delta; a type change comes as a delete and an add of it.
+        path = delta.old_file.path
+        before, after = changes.get(path, (None, None))
+        if delta.status != pygit2.enums.DeltaStatus.ADDED:
+            before = str(delta.old_file.id)
+        if delta.status != pygit2.enums.DeltaStatus.DELETED:
+            after = str(delta.new_file.id)
+        changes[path] = (before, after)
     return changes
 
 
@@ -697,13 +701,6 @@ def _append_superseded(mirror: Mirror, mapping: Mapping[str, str]) -> None:
         out.write("".join(f"{commit}\n" for commit in old))
         out.flush()
         os.fsync(out.fileno())
-
-
-def _prune(mirror: Mirror) -> None:
-    """Expire reflogs (but keep the stash's, already rewritten) and prune what nothing reaches."""
-    for name in CACHE_FILES:
-        (mirror.state_dir / name).unlink(missing_ok=True)
-    mirror.drop_unreachable(keep_reflog=STASH_REF)
 
 
 def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: str | None) -> set[str]:
