@@ -309,8 +309,7 @@ def _read_history(mirror: Mirror) -> list[_OldCommit]:
 
 
 def _written_path(trailers: Trailers) -> str | None:
-    """The memory path whose file the commit set (a redacted one: to the content the memory served);
-    None when it set none (a delete, a skip, or no content)."""
+    """The memory path whose file the commit set (a redacted one too); None when it set none."""
     if trailers.operation == "deleted" or trailers.skipped is not None:
         return None
     return trailers.memory_path
@@ -547,26 +546,21 @@ class _Carrier:
         head = self._mirror.head()
         if head.target is None:
             return
-        old = head.target
-        new = self._carry(old, "HEAD")
-        if new == old:
-            self._report_working_tree()
-            return
-        index = self._mirror.index()
-        workdir = self._mirror.workdir
-        for path, (before, after) in _removals_first(
-            _tree_changes(self._mirror.tree(old), self._mirror.tree(new))
-        ):
-            self._carry_file(workdir, path, before, after)
-            staged = str(index[path].id) if path in index else None
-            if staged == before:
-                if after is None:
-                    index.remove(path)
-                else:
-                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=after), pygit2.enums.FileMode.BLOB))
-        index.write()
-        if head.branch is None:
-            self._mirror.detach_head(new)
+        new = self._carry(head.target, "HEAD")
+        if new != head.target:
+            index = self._mirror.index()
+            changes = _tree_changes(self._mirror.tree(head.target), self._mirror.tree(new))
+            for path, (before, after) in _removals_first(changes):
+                self._carry_file(self._mirror.workdir, path, before, after)
+                staged = str(index[path].id) if path in index else None
+                if staged == before:
+                    if after is None:
+                        index.remove(path)
+                    else:
+                        index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=after), pygit2.enums.FileMode.BLOB))
+            index.write()
+            if head.branch is None:
+                self._mirror.detach_head(new)
         self._report_working_tree()
 
     def _carry_file(self, workdir: Path, path: str, before: str | None, after: str | None) -> None:
@@ -585,11 +579,11 @@ class _Carrier:
             with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
                 for folder in Path(path).parents[:-1]:
                     (workdir / folder).rmdir()
-            return
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(f".{file.name}.memsync-tmp")
-        tmp.write_bytes(self._mirror.read_blob(after))
-        os.replace(tmp, file)
+        else:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.name}.memsync-tmp")
+            tmp.write_bytes(self._mirror.read_blob(after))
+            os.replace(tmp, file)
 
     def _report_working_tree(self) -> None:
         """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
