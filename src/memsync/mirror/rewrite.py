@@ -76,9 +76,6 @@ class KeptContent:
     path: str | None  # the working-tree path concerned, when there is one
     blob: str | None
 
-    def describe(self) -> str:
-        return self.where if self.path is None else f"{self.where}: {self.path}"
-
 
 @dataclass(frozen=True)
 class RewriteReport:
@@ -119,7 +116,8 @@ class RewriteReport:
         if self.shared:
             text += f"; {len(self.shared)} kept as the content of a version that is not redacted"
         if self.kept:
-            text += f"; kept in your unpushed work: {', '.join(k.describe() for k in self.kept)}"
+            kept = ", ".join(k.where if k.path is None else f"{k.where}: {k.path}" for k in self.kept)
+            text += f"; kept in your unpushed work: {kept}"
         return text
 
 
@@ -144,9 +142,7 @@ class _Pending:
         return cls(versions=list(data.get("versions", [])), blobs=dict(data.get("blobs", {})))
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        _replace(path, json.dumps(asdict(self), indent=1).encode("utf-8"), path.with_suffix(".tmp"))
 
 
 def superseded_commits(mirror: Mirror) -> set[str]:
@@ -436,12 +432,10 @@ class _Carrier:
     """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
 
     def __init__(self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None) -> None:
-        """``mapping``: old → new id of each rewritten commit; ``first_old``: the parent of the
-        first of them (None: the history was rewritten from its root)."""
         self._mirror = mirror
-        self._mapping = dict(mapping)
+        self._mapping = dict(mapping)  # old → new id of every rewritten commit
         self.replaced: dict[str, str] = {}  # commits made again on the new history (old → new)
-        self._first_old = first_old
+        self._first_old = first_old  # the parent of the first rewritten commit (None: the root)
         self._kept: list[KeptContent] = []
         # The redacted bytes, read before pruning removes them (to look for them elsewhere).
         self.redacted: dict[str, bytes] = {}
@@ -449,9 +443,9 @@ class _Carrier:
     def carry_everything(self, pending: _Pending) -> tuple[list[str], list[KeptContent], list[str]]:
         """Carry every ref and the checkout; (refs moved, redacted content kept, warnings)."""
         with translated("reading the redacted contents"):
-            for blob in pending.blobs:
-                if self._mirror.has_object(blob):
-                    self.redacted[blob] = self._mirror.read_blob(blob)
+            self.redacted = {
+                b: self._mirror.read_blob(b) for b in pending.blobs if self._mirror.has_object(b)
+            }
         moved: list[str] = []
         warnings: list[str] = []
         with translated("moving refs onto the rewritten history"):
@@ -581,9 +575,7 @@ class _Carrier:
                     (workdir / folder).rmdir()
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_name(f".{file.name}.memsync-tmp")
-            tmp.write_bytes(self._mirror.read_blob(after))
-            os.replace(tmp, file)
+            _replace(file, self._mirror.read_blob(after), file.with_name(f".{file.name}.memsync-tmp"))
 
     def _report_working_tree(self) -> None:
         """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
@@ -633,9 +625,7 @@ class _Carrier:
                 STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
             )
         if rewritten != lines:
-            tmp = log_file.with_suffix(".memsync-tmp")
-            tmp.write_bytes(b"".join(rewritten))
-            os.replace(tmp, log_file)
+            _replace(log_file, b"".join(rewritten), log_file.with_suffix(".memsync-tmp"))
         return new_stash != old_stash or rewritten != lines
 
     def _carry_pseudo_refs(self) -> list[str]:
@@ -655,9 +645,7 @@ class _Carrier:
 
             updated = _HEX40.sub(carried, data)
             if updated != data:
-                tmp = file.with_name(f"{name}.memsync-tmp")
-                tmp.write_bytes(updated)
-                os.replace(tmp, file)
+                _replace(file, updated, file.with_name(f"{name}.memsync-tmp"))
                 moved.append(name)
         return moved
 
@@ -685,6 +673,12 @@ def _removals_first(
 
 
 # --- pruning and bookkeeping ------------------------------------------------------------------------
+
+
+def _replace(file: Path, data: bytes, temporary: Path) -> None:
+    """``file`` holds ``data`` whole or keeps what it held (written beside it, then renamed over it)."""
+    temporary.write_bytes(data)
+    os.replace(temporary, file)
 
 
 def _append_superseded(mirror: Mirror, mapping: Mapping[str, str]) -> None:
