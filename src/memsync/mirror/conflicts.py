@@ -202,17 +202,12 @@ def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
 
 def conflict_side(mirror: Mirror, record: ConflictRecord, side: str) -> bytes | None:
     """One side's bytes (``base``, ``local``, ``remote`` or ``markers``); None for an absent base."""
-    blob = _side(mirror, record, side)
-    return None if blob is None else bytes(blob.data)
+    blob = conflict_blob(mirror, record, side)
+    return None if blob is None else mirror.read_blob(blob)
 
 
 def conflict_blob(mirror: Mirror, record: ConflictRecord, side: str) -> str | None:
     """The blob id of one side (see :func:`conflict_side`)."""
-    blob = _side(mirror, record, side)
-    return None if blob is None else str(blob.id)
-
-
-def _side(mirror: Mirror, record: ConflictRecord, side: str) -> pygit2.Blob | None:
     if side not in SIDES:
         raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
     with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
@@ -222,7 +217,7 @@ def _side(mirror: Mirror, record: ConflictRecord, side: str) -> pygit2.Blob | No
         blob = tree[side]
     if not isinstance(blob, pygit2.Blob):
         raise MirrorError(f"{record.ref} is damaged: {side} is not a file")
-    return blob
+    return str(blob.id)
 
 
 def end_conflict(
