@@ -394,8 +394,7 @@ def _derive(
     replacements: Mapping[str, VersionRecord],
     recontent: Mapping[str, bytes | None],
 ) -> tuple[str | None, dict[str, str]]:
-    """Write the commits ``rewritten`` again on :data:`WORK_REF`, on ``parent`` (their old parent,
-    which stays); (new tip, old → new ids)."""
+    """Write ``rewritten`` again on :data:`WORK_REF`, on their old ``parent``; (new tip, old → new ids)."""
     current = mirror.ref_target(WORK_REF)
     if current is not None:
         # A rewrite killed earlier left its work here; it is derived again from scratch.

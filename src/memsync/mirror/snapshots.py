@@ -131,22 +131,6 @@ def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
     return {decoded(tree_path): blob for tree_path, blob in mirror.tree_files(commit).items()}
 
 
-def base_commit(mirror: Mirror) -> str | None:
-    """The commit the checkout was last reconciled with.
-
-    ``refs/memsync/base``; when that ref is missing (a mirror of an older memsync, or lost), the last
-    commit ``main`` shares with the imported history, so imported commits never count as local.
-    """
-    base = mirror.ref_target(mirror.BASE_REF)
-    if base is not None:
-        return base
-    head, tip = mirror.ref_target(mirror.MAIN_REF), mirror.tip()
-    if head is None or tip is None:
-        return None
-    with translated("finding where main left the imported history"):
-        return mirror.merge_base(head, tip)
-
-
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
     """The imported commit a base stands for: the base itself, or, for a base commit of memsync's
     own, the tip it was made next to (its parent; None if nothing was imported then)."""
@@ -158,8 +142,18 @@ def reconciled_import(mirror: Mirror, base: str) -> str | None:
 
 
 def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str, SnapshotEntry]]:
-    """``(base commit, its snapshot)``; a base commit written by :func:`write_base` included."""
-    commit = base_commit(mirror)
+    """``(base commit, its snapshot)``; a base commit written by :func:`write_base` included.
+
+    The base is ``refs/memsync/base``; when that ref is missing (a mirror of an older memsync, or
+    lost), the last commit ``main`` shares with the imported history, so imported commits never
+    count as local.
+    """
+    commit = mirror.ref_target(mirror.BASE_REF)
+    if commit is None:
+        head, tip = mirror.ref_target(mirror.MAIN_REF), mirror.tip()
+        if head is not None and tip is not None:
+            with translated("finding where main left the imported history"):
+                commit = mirror.merge_base(head, tip)
     if commit is None:
         return None, {}
     with translated(f"reading the base commit {commit}"):
