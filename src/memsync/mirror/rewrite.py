@@ -223,7 +223,13 @@ def rewrite_redacted(
     carried = _Carrier(mirror, mapping, parent)
     refs, kept, warnings = carried.carry_everything(pending)
     crash_point("rewrite.refs_carried")
-    _append_superseded(mirror, {**mapping, **carried.replaced})
+    # Synced before memstore/main moves: a backup may force-update a remote ref only from these.
+    superseded = [old for old, new in {**mapping, **carried.replaced}.items() if old != new]
+    if superseded:
+        with open(mirror.state_dir / SUPERSEDED_FILE, "a", encoding="ascii") as out:
+            out.write("".join(f"{commit}\n" for commit in superseded))
+            out.flush()
+            os.fsync(out.fileno())
     if mapping:
         assert new_tip is not None
         if new_tip != old_tip:
@@ -484,9 +490,8 @@ class _Carrier:
                 continue
             parents = [str(p) for p in item.parent_ids]
             new_parents = [self._mapping.get(p) or self.replaced.get(p) or p for p in parents]
-            if new_parents == parents:
-                continue
-            self.replaced[old] = self._remake(item, parents[0], new_parents, where)
+            if new_parents != parents:
+                self.replaced[old] = self._remake(item, parents[0], new_parents, where)
         return self.replaced.get(commit, commit)
 
     def _remake(self, commit: pygit2.Commit, old_parent: str, new_parents: list[str], where: str) -> str:
@@ -563,10 +568,8 @@ class _Carrier:
         except OSError:
             data = None
         current = str(pygit2.hash(data)) if data is not None else None
-        if current == after:
-            return  # already carried (a rerun after a kill)
-        if current != before:
-            return  # the user changed it: theirs; reported by _report_working_tree
+        if current == after or current != before:
+            return  # already carried (a rerun after a kill), or the user's (see _report_working_tree)
         if after is None:
             file.unlink()
             with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
@@ -678,16 +681,6 @@ def _replace(file: Path, data: bytes, temporary: Path) -> None:
     """``file`` holds ``data`` whole or keeps what it held (written beside it, then renamed over it)."""
     temporary.write_bytes(data)
     os.replace(temporary, file)
-
-
-def _append_superseded(mirror: Mirror, mapping: Mapping[str, str]) -> None:
-    old = [commit for commit, new in mapping.items() if commit != new]
-    if not old:
-        return
-    with open(mirror.state_dir / SUPERSEDED_FILE, "a", encoding="ascii") as out:
-        out.write("".join(f"{commit}\n" for commit in old))
-        out.flush()
-        os.fsync(out.fileno())
 
 
 def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: str | None) -> set[str]:
