@@ -263,11 +263,8 @@ def _parse(mirror: Mirror, ref: str, commit: str) -> ConflictRecord:
     with translated(f"reading {ref}"):
         found = mirror.commit(commit)
         message, when = found.message, found.commit_time
-    fields: dict[str, str] = {}
-    for line in message.rstrip("\n").split("\n\n")[-1].split("\n"):
-        key, sep, value = line.partition(": ")
-        if sep:
-            fields[key] = value
+    lines = message.rstrip("\n").split("\n\n")[-1].split("\n")
+    fields = dict(line.split(": ", 1) for line in lines if ": " in line)
     try:
         if fields.get("Memsync-Conflict") != "1":
             raise ValueError("not a conflict record")

@@ -185,9 +185,8 @@ def keep_base_ids(mirror: Mirror) -> None:
     cached map when the base moved. ``.git/memsync/base-ids-<commit>.json``, a cache.
     """
     base = mirror.ref_target(mirror.BASE_REF)
-    if base is None or base != mirror.tip() or _base_ids_file(mirror, base).exists():
-        return
-    _save_base_ids(mirror, base, mirror.paths(base))
+    if base is not None and base == mirror.tip() and not _base_ids_file(mirror, base).exists():
+        _save_base_ids(mirror, base, mirror.paths(base))
 
 
 def _base_ids_file(mirror: Mirror, commit: str) -> Path:
@@ -213,9 +212,7 @@ def _kept_base_ids(mirror: Mirror, commit: str) -> dict[str, str] | None:
     except (OSError, ValueError):
         return None
     paths = data.get("paths") if isinstance(data, dict) and data.get("commit") == commit else None
-    if not isinstance(paths, dict) or not all(isinstance(v, str) for v in paths.values()):
-        return None
-    return paths
+    return paths if isinstance(paths, dict) and all(isinstance(v, str) for v in paths.values()) else None
 
 
 def write_base(
