@@ -18,11 +18,11 @@ import json
 import math
 import os
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
@@ -90,12 +90,6 @@ class VersionRecord:
     history_truncated: int | None = None
 
 
-class PathListener(Protocol):
-    def file_removed(self, path: str, suffixed: bool) -> None: ...
-
-    def file_relocated(self, path: str, suffixed: bool) -> None: ...
-
-
 class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).
 
@@ -107,7 +101,7 @@ class PathMap:
         self._by_path: dict[str, str] = {}
         self._by_memory: dict[str, str] = {}
         self._dirs: dict[str, int] = {}
-        self.listener: PathListener | None = None
+        self.listener: TreeChanges | None = None
         for path, memory_id in (by_path or {}).items():
             self.add(path, memory_id)
 
@@ -211,6 +205,21 @@ def _tree_path(path: str, suffixed: bool) -> str:
     return encode_path(path, directory_sibling=suffixed)
 
 
+class TreeChanges(list[Change]):
+    """The file changes of the commit being built. As a :class:`PathMap`'s listener it keeps the
+    tree's spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
+
+    def file_removed(self, path: str, suffixed: bool) -> None:
+        self.append(Remove(_tree_path(path, suffixed)))
+
+    def file_relocated(self, path: str, suffixed: bool) -> None:
+        self.append(Move(_tree_path(path, not suffixed), _tree_path(path, suffixed)))
+
+    def put(self, paths: PathMap, path: str, blob: str) -> None:
+        """Write ``blob`` at memory path ``path``, spelled as the map has it now."""
+        self.append(Put(_tree_path(path, paths.is_directory(path)), blob))
+
+
 @functools.lru_cache(maxsize=1024)
 def _clean_identity(text: str, fallback: str) -> str:
     # git's ident format cannot hold '<', '>' or line breaks; strip them (and other controls)
@@ -240,9 +249,6 @@ class ImportTarget(Protocol):
     def blob_for_sha256(self, sha256: str) -> str | None: ...
 
 
-_Stateful: TypeAlias = "ImportTarget | GitStore"  # where the history's facts are cached (its state_dir)
-
-
 class HistoryWriter:
     """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
 
@@ -267,9 +273,8 @@ class HistoryWriter:
         self._batch_bytes = batch_bytes
         self._expected = mirror.ref_target(self._ref)
         self._paths = mirror.path_map_at(self._expected).copy()
-        self._paths.listener = self
+        self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
-        self._changes: list[Change] = []  # the file changes of the commit being built
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
         self._root_mark: tuple[int, int | None] | None = None  # (mark, History-Truncated) of a root
         self._redacted_marks: list[tuple[int, RedactedCommit]] = []
@@ -293,10 +298,6 @@ class HistoryWriter:
     def pending(self) -> int:
         """Commits written into the current batch and not yet behind the ref."""
         return self._stream.commits if self._stream is not None else 0
-
-    def paths(self) -> dict[str, str]:
-        """``{memory_path: memory_id}`` after the last record added."""
-        return self._paths.as_dict()
 
     def has_content(self, sha256: str) -> bool:
         """Whether a record with this ``content_sha256`` may leave ``content`` out: the mirror or the
@@ -326,27 +327,20 @@ class HistoryWriter:
         known = self._paths.path_of(record.memory_id)
         written: str | None = None
         moved_from: str | None = None
+        self._changes.clear()
         if record.skipped:
             pass
         elif record.operation == "deleted":
             written = known
+            apply_change(self._paths, record.memory_id, record.operation, None)
         elif blob is not None:
-            target = record.path if record.path is not None else known
-            if target is None:
+            written = record.path if record.path is not None else known
+            if written is None:
                 raise self._refuse(record, "it has content but no path, and the memory has no file yet")
-            self._spelling(target, False)  # refuse an unencodable path before changing anything
-            written = target
-            moved_from = known if known is not None and known != target else None
-        self._changes = []
-        if not record.skipped:
-            apply_change(
-                self._paths,
-                record.memory_id,
-                record.operation,
-                written if record.operation != "deleted" else None,
-            )
-            if blob is not None and written is not None and record.operation != "deleted":
-                self._changes.append(Put(self._spelling(written, self._paths.is_directory(written)), blob))
+            _tree_path(written, False)  # refuse an unencodable path before changing anything
+            moved_from = known if known is not None and known != written else None
+            apply_change(self._paths, record.memory_id, record.operation, written)
+            self._changes.put(self._paths, written, blob)
         trailers = Trailers(
             memory_id=record.memory_id,
             version_id=record.version_id,
@@ -370,7 +364,7 @@ class HistoryWriter:
         if first:
             self._root_mark = (mark, record.history_truncated)
         if record.redacted and not record.skipped:
-            wrote = blob is not None and record.operation != "deleted"
+            wrote = blob is not None
             facts = RedactedCommit("", record.version_id, record.memory_id, trailers.content_sha256, wrote)
             self._redacted_marks.append((mark, facts))
         if stream.commits >= self._batch_commits or stream.bytes_written >= self._batch_bytes:
@@ -410,7 +404,7 @@ class HistoryWriter:
             if self._root_mark is not None:
                 facts.root, facts.truncated = ids[self._root_mark[0]], self._root_mark[1]
             facts.redacted = [replace(found, commit=ids[mark]) for mark, found in self._redacted_marks]
-            _record_facts(self._mirror, self._expected, tip, facts)
+            _record_facts(self._mirror.state_dir, self._expected, tip, facts)
         if self.written is not None:
             self.written.extend(ids[mark] for mark in range(1, pending + 1))
         self._root_mark = None
@@ -433,23 +427,12 @@ class HistoryWriter:
             self._stream.abort()
             self._stream = None
 
-    # --- PathListener: keep the tree's spelling in step with the map ----------------------------
-
-    def file_removed(self, path: str, suffixed: bool) -> None:
-        self._changes.append(Remove(self._spelling(path, suffixed)))
-
-    def file_relocated(self, path: str, suffixed: bool) -> None:
-        self._changes.append(Move(self._spelling(path, not suffixed), self._spelling(path, suffixed)))
-
     # --- internals -------------------------------------------------------------------------------
 
     def _open(self) -> FastImport:
         if self._stream is None:
             self._stream = self._mirror.fast_import()
         return self._stream
-
-    def _spelling(self, path: str, suffixed: bool) -> str:
-        return _tree_path(path, suffixed)
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
@@ -485,7 +468,7 @@ class HistoryWriter:
             )
         if record.path is not None:
             try:
-                self._spelling(record.path, False)
+                _tree_path(record.path, False)
             except PathEncodingError as exc:
                 raise self._refuse(record, str(exc)) from None
 
@@ -537,13 +520,6 @@ class HistoryWriter:
         return summary
 
 
-def iter_trailers(store: GitStore, tip: str) -> Iterator[tuple[str, Trailers]]:
-    """``(commit id, trailers)`` from ``tip`` back to the first import, newest first."""
-    for commit in store.walk(tip):
-        commit_id = str(commit.id)
-        yield commit_id, parse_message(commit.message, commit_id)
-
-
 # --- facts about the whole history, kept up to date without reading it ----------------------------
 
 
@@ -573,17 +549,6 @@ class HistoryFacts:
     truncated: int | None = None
     redacted: list[RedactedCommit] = field(default_factory=list)
 
-    def add(self, commit: str, trailers: Trailers, *, wrote: bool, is_root: bool) -> None:
-        if is_root:
-            self.root = commit
-            self.truncated = trailers.history_truncated
-        if trailers.redacted and trailers.skipped is None:
-            self.redacted.append(
-                RedactedCommit(
-                    commit, trailers.version_id, trailers.memory_id, trailers.content_sha256, wrote
-                )
-            )
-
 
 FACTS_FILE = "history-facts.json"
 
@@ -594,7 +559,7 @@ def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return HistoryFacts()
-    cached_tip, facts = _load_facts(mirror)
+    cached_tip, facts = _load_facts(mirror.state_dir)
     if cached_tip == tip and facts is not None:
         return facts
     if facts is None or cached_tip is None or not mirror.is_ancestor(cached_tip, tip):
@@ -603,36 +568,38 @@ def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
         for commit in mirror.walk(tip, since=cached_tip, oldest_first=True):
             commit_id = str(commit.id)
             trailers = parse_message(commit.message, commit_id)
-            wrote = (
-                trailers.redacted
-                and trailers.memory_path is not None
-                and trailers.operation != "deleted"
-                and trailers.skipped is None
-            )
-            facts.add(commit_id, trailers, wrote=wrote, is_root=not commit.parent_ids)
+            if not commit.parent_ids:
+                facts.root, facts.truncated = commit_id, trailers.history_truncated
+            if trailers.redacted and trailers.skipped is None:
+                wrote = trailers.memory_path is not None and trailers.operation != "deleted"
+                facts.redacted.append(
+                    RedactedCommit(
+                        commit_id, trailers.version_id, trailers.memory_id, trailers.content_sha256, wrote
+                    )
+                )
     if save:
-        _save_facts(mirror, tip, facts)
+        _save_facts(mirror.state_dir, tip, facts)
     return facts
 
 
-def _record_facts(mirror: _Stateful, previous: str | None, tip: str, batch: HistoryFacts) -> None:
+def _record_facts(state_dir: Path, previous: str | None, tip: str, batch: HistoryFacts) -> None:
     """Extend the cached facts at ``previous`` by a batch just written on top of it."""
     if previous is None:
-        _save_facts(mirror, tip, batch)
+        _save_facts(state_dir, tip, batch)
         return
-    cached_tip, facts = _load_facts(mirror)
+    cached_tip, facts = _load_facts(state_dir)
     if cached_tip != previous or facts is None:
         # Not cached at the parent (a mirror from before the facts, or a damaged file): the next
         # reader walks the history once.
-        (mirror.state_dir / FACTS_FILE).unlink(missing_ok=True)
+        (state_dir / FACTS_FILE).unlink(missing_ok=True)
         return
     facts.redacted.extend(batch.redacted)
-    _save_facts(mirror, tip, facts)
+    _save_facts(state_dir, tip, facts)
 
 
-def _load_facts(mirror: _Stateful) -> tuple[str | None, HistoryFacts | None]:
+def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
     try:
-        data = json.loads((mirror.state_dir / FACTS_FILE).read_text(encoding="utf-8"))
+        data = json.loads((state_dir / FACTS_FILE).read_text(encoding="utf-8"))
         if data.get("format") != 1:
             return None, None
         facts = HistoryFacts(
@@ -645,8 +612,8 @@ def _load_facts(mirror: _Stateful) -> tuple[str | None, HistoryFacts | None]:
         return None, None
 
 
-def _save_facts(mirror: _Stateful, tip: str, facts: HistoryFacts) -> None:
-    target = mirror.state_dir / FACTS_FILE
+def _save_facts(state_dir: Path, tip: str, facts: HistoryFacts) -> None:
+    target = state_dir / FACTS_FILE
     tmp = target.with_suffix(".tmp")
     tmp.write_text(
         json.dumps(

@@ -39,7 +39,6 @@ from memsync.mirror.history import (
     DEFAULT_BATCH_COMMITS,
     HistoryWriter,
     PathMap,
-    iter_trailers,
     replay,
 )
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
@@ -287,8 +286,9 @@ class Mirror(GitStore):
         tip = self.tip()
         if tip is None:
             return
-        for commit, trailers in iter_trailers(self, tip):
-            yield ImportedVersion.from_trailers(commit, trailers)
+        for commit in self.walk(tip):
+            commit_id = str(commit.id)
+            yield ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
 
     def imported_version_ids(self) -> Iterator[str]:
         """The ids of every imported version (skipped ones included), newest first."""

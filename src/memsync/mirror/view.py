@@ -31,11 +31,11 @@ from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
-from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove
+from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitstore import GitStore
-from memsync.mirror.history import PathListener, PathMap
-from memsync.mirror.paths import decode_path, encode_path, quote_for_message
+from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
+from memsync.mirror.paths import decode_path, quote_for_message
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
 from memsync.mirror.trailers import parse_message
 
@@ -44,8 +44,6 @@ VIEWS_FOLDER = "awareness"
 _STATE_FILE = "view.json"
 _MAIN_REF = "refs/heads/main"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
-_BATCH_COMMITS = 1000
-_BATCH_BYTES = 32 << 20
 _VIEW_TRAILER = "Memsync-View-Format"
 
 _CONFIG: dict[str, str] = {
@@ -391,8 +389,7 @@ class ViewWriter:
         start = None if rebuild else self._expected
         self._tip = start  # the last commit of a finished batch
         self._paths = PathMap({path: path for path in view.files(start)} if start else None)
-        self._changes: list[Change] = []
-        self._paths.listener = _Respeller(self._changes)
+        self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
         self.commits = 0
@@ -415,9 +412,7 @@ class ViewWriter:
             self._ensure_blob(stream, blob_id, read)
             if self._paths.owner(path) is None:
                 self._paths.add(path, path)
-            self._changes.append(
-                Put(encode_path(path, directory_sibling=self._paths.is_directory(path)), blob_id)
-            )
+            self._changes.put(self._paths, path, blob_id)
         stream.commit(
             parent=self._tip,
             author=commit.author.line(),
@@ -426,7 +421,7 @@ class ViewWriter:
             changes=self._changes,
         )
         self.commits += 1
-        if stream.commits >= _BATCH_COMMITS or stream.bytes_written >= _BATCH_BYTES:
+        if stream.commits >= DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
 
     def finish(self) -> str | None:
@@ -458,20 +453,6 @@ class ViewWriter:
         if stream.blob(read(blob_id)) != blob_id:
             raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
         self._blobs.add(blob_id)
-
-
-class _Respeller(PathListener):
-    """Keeps the tree's spelling in step with the path set (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
-
-    def __init__(self, changes: list[Change]) -> None:
-        self._changes = changes
-
-    def file_removed(self, path: str, suffixed: bool) -> None:
-        self._changes.append(Remove(encode_path(path, directory_sibling=suffixed)))
-
-    def file_relocated(self, path: str, suffixed: bool) -> None:
-        old = encode_path(path, directory_sibling=not suffixed)
-        self._changes.append(Move(old, encode_path(path, directory_sibling=suffixed)))
 
 
 def view_trailers(message: str) -> dict[str, list[str]]:
