@@ -134,7 +134,7 @@ class StoreCommit:
 def read_history(mirror: Mirror, since: str | None = None, until: str | None = None) -> Iterator[StoreCommit]:
     """The imported commits after ``since`` up to ``until`` (default: the tip), oldest first.
 
-    ``since`` must be an ancestor of ``until`` (:func:`descends_from`); commits are read one at a
+    ``since`` must be an ancestor of ``until`` (:meth:`GitStore.is_ancestor`); commits are read one at a
     time, so memory stays flat whatever the history's length.
     """
     tip = until or mirror.tip()
@@ -167,11 +167,6 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
         changes: dict[str, str | None] = {path: None for path in removed if path not in added}
         changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
         yield StoreCommit(commit_id, version, author, committer, changes)
-
-
-def descends_from(mirror: Mirror, commit: str, ancestor: str) -> bool:
-    """Whether ``ancestor`` is ``commit`` or one of its ancestors (False when either is unknown)."""
-    return mirror.is_ancestor(ancestor, commit)
 
 
 # --- the view repository -----------------------------------------------------------------------------
@@ -253,11 +248,8 @@ class View(GitStore):
                     f"{root} is an awareness view of format {found}; this memsync writes format"
                     f" {VIEW_FORMAT}: delete the folder and run memsync awareness again"
                 )
-        view._ensure_layout()
+        view.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         return view
-
-    def _ensure_layout(self) -> None:
-        self.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -329,7 +321,7 @@ class View(GitStore):
         return ViewWriter(self, rebuild=rebuild)
 
     def _checkout(self, tip: str | None, expected: str | None) -> None:
-        """Bring the working tree to ``tip``, keeping every file the user changed, then move ``main``.
+        """Bring the working tree to ``tip`` (not ``expected``), keeping the user's edits; move ``main``.
 
         Unchanged files follow; a file edited in the view (or in the way) stays as it is and shows as
         an edit against the new ``main`` — the view is read-only, and the edit is not lost either.
@@ -357,14 +349,9 @@ class View(GitStore):
                         continue
                     index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
                 index.write()
-        self._move_main(tip, expected)
-
-    def _move_main(self, tip: str | None, expected: str | None) -> None:
         current = self.tip()
         if current != expected:
             raise RefMoved(_MAIN_REF, expected, current)
-        if tip == current:
-            return
         if tip is None:
             assert current is not None
             self.delete_ref_if_equals(_MAIN_REF, current)

@@ -48,7 +48,6 @@ from memsync.mirror import (
     View,
     ViewCommit,
     decode_path,
-    descends_from,
     encode_path,
     escape_for_terminal,
     find_views,
@@ -312,7 +311,7 @@ def _rebuild_reason(
         now = tips[store_id]
         if before is None:
             continue
-        if now is None or not descends_from(mirrors[store_id], now, before):
+        if now is None or not mirrors[store_id].is_ancestor(before, now):
             return f"the history of {store_id} was rewritten (a redaction)"
     return None
 
