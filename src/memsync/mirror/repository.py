@@ -14,13 +14,14 @@ Layout (see docs/mirror.md)::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,10 @@ from memsync.mirror.trailers import Operation, Trailers, parse_message
 
 MIRROR_FORMAT = "1"
 
-# git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
-# ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
 # The note of the last full layout check (Mirror._ensure_layout), and the layout it checked.
 LAYOUT_STAMP = "layout-checked"
+# git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
+# ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
 REMOTE_URL = "/dev/null/memsync-managed: run 'memsync sync' instead of git fetch, pull or push"
 
 # Highest-precedence attributes: whatever a global gitattributes says, contents stay plain bytes.
@@ -105,27 +106,15 @@ class ImportedVersion:
 
     @classmethod
     def from_trailers(cls, commit: str, trailers: Trailers) -> ImportedVersion:
-        return cls(
-            commit=commit,
-            version_id=trailers.version_id,
-            memory_id=trailers.memory_id,
-            operation=trailers.operation,
-            created_at=trailers.created_at,
-            memory_path=trailers.memory_path,
-            content_sha256=trailers.content_sha256,
-            redacted=trailers.redacted,
-            skipped=trailers.skipped,
-            inferred=trailers.inferred,
-            history_truncated=trailers.history_truncated,
-        )
+        # Every trailer has a field of the same name here.
+        return cls(commit, **{field.name: getattr(trailers, field.name) for field in fields(trailers)})
 
 
 def _probe_case_sensitivity(directory: Path) -> None:
     probe = directory / f".memsync-case-probe-{secrets.token_hex(4)}"
     probe.write_bytes(b"")
     try:
-        folded = directory / probe.name.upper()
-        insensitive = folded.exists()
+        insensitive = (directory / probe.name.upper()).exists()
     finally:
         probe.unlink()
     if insensitive:
@@ -229,12 +218,9 @@ class Mirror(GitStore):
         """
         fingerprint = self._layout_fingerprint()
         stamp = self.state_dir / LAYOUT_STAMP
-        if fingerprint is not None:
-            try:
-                if stamp.read_text(encoding="ascii") == fingerprint:
-                    return
-            except (OSError, UnicodeDecodeError):
-                pass
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if fingerprint is not None and stamp.read_text(encoding="ascii") == fingerprint:
+                return
         self.state_dir.mkdir(exist_ok=True)
         _probe_case_sensitivity(self.state_dir)
         upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
@@ -253,12 +239,8 @@ class Mirror(GitStore):
         """What the layout check depends on, or None when a file it checks is missing."""
         parts = [_LAYOUT_DIGEST]
         try:
-            for path in (
-                self.git_dir / "config",
-                self.git_dir / "info" / "exclude",
-                self.git_dir / "info" / "attributes",
-            ):
-                info = os.stat(path)
+            for name in ("config", "info/exclude", "info/attributes"):
+                info = os.stat(self.git_dir / name)
                 parts.append(f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}")
             # The folder the case probe tests: another device or inode is a mirror moved elsewhere.
             info = os.stat(self.state_dir)
@@ -305,8 +287,7 @@ class Mirror(GitStore):
 
     def paths(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""
-        target = commit or self.tip()
-        return self.path_map_at(target).as_dict()
+        return self.path_map_at(commit or self.tip()).as_dict()
 
     def files(self, commit: str) -> dict[str, str]:
         """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
@@ -332,7 +313,7 @@ class Mirror(GitStore):
             if data.get("format") == 1 and isinstance(data.get("paths"), dict):
                 cached_tip = data.get("tip")
                 paths = PathMap(data["paths"])
-                if len({memory for memory in data["paths"].values()}) != len(paths):
+                if len(set(data["paths"].values())) != len(paths):
                     raise ValueError("two paths owned by one memory: a damaged cache")
         except (OSError, ValueError, TypeError, KeyError):
             cached_tip = None
