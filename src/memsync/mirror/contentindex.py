@@ -29,9 +29,6 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS content (sha256 BLOB PRIMARY KEY, blob BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit_id TEXT NOT NULL);
 """
-# SQLite's own side files: a rollback journal exists only while a transaction is open (or after a
-# kill during one), and SQLite deletes a journal it finds beside an empty database.
-SIDE_FILES = ("-journal",)
 
 
 class ContentIndex:
@@ -73,8 +70,10 @@ class ContentIndex:
             try:
                 self._db = self._open()
             except sqlite3.DatabaseError:
-                # Not an index: an older memsync's text file, or damage. It is only a cache.
-                discard(self._path)
+                # Not an index: an older memsync's text file, or damage. It is only a cache: it goes,
+                # and so does the rollback journal a kill mid-transaction leaves (SQLite's one side file).
+                self._path.with_name(self._path.name + "-journal").unlink(missing_ok=True)
+                self._path.unlink(missing_ok=True)
                 self._db = self._open()
         return self._db
 
@@ -166,10 +165,3 @@ def note_contents(path: Path, entries: Mapping[str, str]) -> None:
         index._commit(entries.items(), None)
     finally:
         index.close()
-
-
-def discard(path: Path) -> None:
-    """Delete the index file and SQLite's side files (it is rebuilt from history on the next use)."""
-    for suffix in SIDE_FILES:
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
-    path.unlink(missing_ok=True)
