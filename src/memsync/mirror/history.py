@@ -19,7 +19,7 @@ import math
 import os
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
@@ -615,18 +615,7 @@ def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
 def _save_facts(state_dir: Path, tip: str, facts: HistoryFacts) -> None:
     target = state_dir / FACTS_FILE
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps(
-            {
-                "format": 1,
-                "tip": tip,
-                "root": facts.root,
-                "truncated": facts.truncated,
-                "redacted": [
-                    [r.commit, r.version_id, r.memory_id, r.content_sha256, r.wrote] for r in facts.redacted
-                ],
-            }
-        ),
-        encoding="utf-8",
-    )
+    redacted = [astuple(r) for r in facts.redacted]  # in the order _load_facts passes them back
+    record = {"format": 1, "tip": tip, "root": facts.root, "truncated": facts.truncated, "redacted": redacted}
+    tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, target)

@@ -222,8 +222,6 @@ def format_view_message(commit: ViewCommit) -> str:
 class View(GitStore):
     """The git repository of one awareness view. Open (or create) with :meth:`open`."""
 
-    MAIN_REF = _MAIN_REF
-
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False) -> View:
         """The view at ``path``; with ``create``, made when absent (an empty folder is fine too)."""
@@ -276,7 +274,8 @@ class View(GitStore):
         with translated("reading the view's history"):
             hidden = since if since is not None and self.is_ancestor(since, tip) else None
             for commit in self.walk(tip, since=hidden):
-                if _VIEW_TRAILER not in view_trailers(commit.message):
+                trailers = commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
+                if not any(line.startswith(f"{_VIEW_TRAILER}: ") for line in trailers):
                     found.append(str(commit.id))
         return found
 
@@ -440,14 +439,3 @@ class ViewWriter:
         if stream.blob(read(blob_id)) != blob_id:
             raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
         self._blobs.add(blob_id)
-
-
-def view_trailers(message: str) -> dict[str, list[str]]:
-    """The trailers of a view commit's message (its last paragraph): ``{name: [values]}``."""
-    paragraph = message.rstrip("\n").split("\n\n")[-1]
-    found: dict[str, list[str]] = {}
-    for line in paragraph.split("\n"):
-        name, sep, value = line.partition(": ")
-        if sep:
-            found.setdefault(name, []).append(value)
-    return found
