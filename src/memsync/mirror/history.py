@@ -21,7 +21,6 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from memsync.crashpoints import crash_point
@@ -188,8 +187,7 @@ def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: 
 
 def apply_trailers(paths: PathMap, trailers: Trailers) -> None:
     if trailers.skipped is None:
-        written = trailers.memory_path if trailers.operation != "deleted" else None
-        apply_change(paths, trailers.memory_id, trailers.operation, written)
+        apply_change(paths, trailers.memory_id, trailers.operation, trailers.memory_path)
 
 
 def replay(store: GitStore, paths: PathMap, until: str, since: str | None) -> None:
@@ -322,7 +320,9 @@ class HistoryWriter:
             math.floor(record.created_at.timestamp()),
         )
         first = not self.started
-        stream = self._open()
+        if self._stream is None:
+            self._stream = self._mirror.fast_import()
+        stream = self._stream
         blob, content_sha = self._blob_for(stream, record)
         known = self._paths.path_of(record.memory_id)
         written: str | None = None
@@ -417,9 +417,7 @@ class HistoryWriter:
     def __enter__(self) -> HistoryWriter:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
         # On an error the unflushed batch is dropped: the ref keeps the last complete checkpoint.
         if kind is None:
             self.flush()
@@ -428,11 +426,6 @@ class HistoryWriter:
             self._stream = None
 
     # --- internals -------------------------------------------------------------------------------
-
-    def _open(self) -> FastImport:
-        if self._stream is None:
-            self._stream = self._mirror.fast_import()
-        return self._stream
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")

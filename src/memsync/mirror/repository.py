@@ -260,8 +260,7 @@ class Mirror(GitStore):
         tip = self.tip()
         if tip is None:
             return None
-        commit = self.commit(tip)
-        return ImportedVersion.from_trailers(tip, parse_message(commit.message, tip))
+        return ImportedVersion.from_trailers(tip, parse_message(self.commit(tip).message, tip))
 
     def imported_versions(self) -> Iterator[ImportedVersion]:
         """Every imported version, newest first (a walk of the whole history: for rare cases)."""
@@ -274,8 +273,7 @@ class Mirror(GitStore):
 
     def imported_version_ids(self) -> Iterator[str]:
         """The ids of every imported version (skipped ones included), newest first."""
-        for version in self.imported_versions():
-            yield version.version_id
+        return (version.version_id for version in self.imported_versions())
 
     def blob_for_sha256(self, sha256: str) -> str | None:
         """The blob holding the content with this SHA-256, if the mirror has it: fetch it otherwise."""
