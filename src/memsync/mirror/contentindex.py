@@ -50,9 +50,7 @@ class ContentIndex:
         self._catch_up(tip)
         blob = self._get(sha256)
         assert self._store is not None
-        if blob is None or not self._store.has_object(blob):
-            return None
-        return blob
+        return blob if blob is not None and self._store.has_object(blob) else None
 
     def record(self, previous: str | None, tip: str, entries: Mapping[str, str]) -> None:
         """Add what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.

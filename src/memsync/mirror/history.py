@@ -595,12 +595,8 @@ def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
         data = json.loads((state_dir / FACTS_FILE).read_text(encoding="utf-8"))
         if data.get("format") != 1:
             return None, None
-        facts = HistoryFacts(
-            root=data["root"],
-            truncated=data["truncated"],
-            redacted=[RedactedCommit(*item) for item in data["redacted"]],
-        )
-        return str(data["tip"]), facts
+        redacted = [RedactedCommit(*item) for item in data["redacted"]]
+        return str(data["tip"]), HistoryFacts(data["root"], data["truncated"], redacted)
     except (OSError, ValueError, TypeError, KeyError):
         return None, None
 

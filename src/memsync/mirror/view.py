@@ -432,9 +432,7 @@ class ViewWriter:
             self._tip = ids[stream.commits]
 
     def _ensure_blob(self, stream: FastImport, blob_id: str, read: Callable[[str], bytes]) -> None:
-        if blob_id in self._blobs:
-            return
-        if not self._rebuild and self._view.has_object(blob_id):
+        if blob_id in self._blobs or (not self._rebuild and self._view.has_object(blob_id)):
             return
         if stream.blob(read(blob_id)) != blob_id:
             raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
