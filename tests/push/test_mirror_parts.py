@@ -105,7 +105,7 @@ def test_scans_reuse_hashes_of_files_that_did_not_change(
     reads: list[Path] = []
     real = worktree._hash_file
 
-    def counting(full: Path) -> tuple[str, str | None, int, bytes | None]:
+    def counting(full: Path) -> tuple[str, int, bytes | None]:
         reads.append(full)
         return real(full)
 

@@ -75,18 +75,15 @@ NOT_REGULAR = "not-a-regular-file"
 class WorktreeFile:
     """One candidate memory in the checkout.
 
-    ``kind`` is ``file`` for a regular file (then ``sha256`` and ``blob`` are set and ``problem`` says
-    which content rule it breaks, if any) or ``symlink``, ``fifo``, ``socket``, ``device``, ``other``:
-    never read.
+    ``kind`` is ``file`` for a regular file (then ``sha256`` is set, unless it disappeared while read,
+    and ``problem`` says which content rule it breaks, if any) or ``symlink``, ``fifo``, ``socket``,
+    ``device``, ``other``: never read.
     """
 
-    memory_path: str
     tree_path: str
     kind: str
     sha256: str | None = None
-    blob: str | None = None
     problem: str | None = None
-    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +122,7 @@ def scan_worktree(
     root = mirror.path
     cache = _StatCache(mirror, dialect, trusted=trust_cache)
     scan = WorktreeScan()
-    seen: dict[str, str] = {}
+    # The index is asked only about the few files git would ignore: a tracked one still counts.
     for tree_path, info in _walk(root):
         if is_ignore_file(tree_path):
             # Never a memory's spelling (that is %2Egitignore), so without this it would be reported
@@ -134,24 +131,23 @@ def scan_worktree(
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if is_ignored(mirror, tree_path) and not _tracked(mirror, tree_path):
+            if is_ignored(mirror, tree_path) and tree_path not in mirror.index():
                 continue
             scan.strays.append(StrayFile(tree_path, str(exc)))
             continue
-        if memory_path not in known and is_ignored(mirror, tree_path) and not _tracked(mirror, tree_path):
+        if memory_path not in known and is_ignored(mirror, tree_path) and tree_path not in mirror.index():
             continue
-        other = seen.get(memory_path)
+        other = scan.files.get(memory_path)
         if other is not None:
             scan.strays.append(
                 StrayFile(
                     tree_path,
-                    f"{escape_for_terminal(other)} and {escape_for_terminal(tree_path)} are two spellings of"
-                    f" the memory {escape_for_terminal(memory_path)}; keep one of them",
+                    f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
+                    f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them",
                 )
             )
             continue
-        seen[memory_path] = tree_path
-        scan.files[memory_path] = _inspect(root / tree_path, tree_path, memory_path, info, dialect, cache)
+        scan.files[memory_path] = _inspect(root / tree_path, tree_path, info, dialect, cache)
     if save_cache:
         cache.save()
     return scan
@@ -168,7 +164,7 @@ class _StatCache:
     """
 
     FILE = "worktree-stat.json"
-    FORMAT = 1
+    FORMAT = 2
     RACY_NS = 1_000_000_000
 
     def __init__(self, mirror: Mirror, dialect: Dialect, *, trusted: bool) -> None:
@@ -192,30 +188,24 @@ class _StatCache:
         files = data.get("files")
         return files if isinstance(files, dict) else {}
 
-    def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None, int, str | None] | None:
+    def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None] | None:
+        """``(sha256, problem)`` as the scan that hashed the file found them, if it is unchanged."""
         entry = self._old.get(tree_path)
-        if not isinstance(entry, list) or len(entry) != 8:
+        if not isinstance(entry, list) or len(entry) != 7:
             return None
-        size, mtime, ctime, inode, hashed_at, sha, blob, problem = entry
+        size, mtime, ctime, inode, hashed_at, sha, problem = entry
         if [size, mtime, ctime, inode] != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]:
             return None
         if not isinstance(hashed_at, int) or info.st_mtime_ns + self.RACY_NS >= hashed_at:
             return None
-        if (
-            not isinstance(sha, str)
-            or not isinstance(blob, str | None)
-            or not isinstance(problem, str | None)
-        ):
+        if not isinstance(sha, str) or not isinstance(problem, str | None):
             return None
         self._new[tree_path] = entry
-        return sha, blob, info.st_size, problem
+        return sha, problem
 
-    def store(
-        self, tree_path: str, info: os.stat_result, sha: str, blob: str | None, problem: str | None
-    ) -> None:
-        hashed_at = self._started
+    def store(self, tree_path: str, info: os.stat_result, sha: str, problem: str | None) -> None:
         self._new[tree_path] = [
-            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, hashed_at, sha, blob, problem
+            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, self._started, sha, problem
         ]  # fmt: skip
 
     def save(self) -> None:
@@ -264,41 +254,37 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-def _tracked(mirror: Mirror, tree_path: str) -> bool:
-    """Whether the index has the path (asked only for the few files git would ignore)."""
-    return tree_path in mirror.index()
+# What :func:`_kind` calls each type of file that is not a folder.
+_KINDS = {
+    stat.S_IFREG: "file",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "device",
+    stat.S_IFBLK: "device",
+}
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    return "other"
+    return _KINDS.get(stat.S_IFMT(mode), "other")
 
 
 def _inspect(
-    full: Path, tree_path: str, memory_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
+    full: Path, tree_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
 ) -> WorktreeFile:
     kind = _kind(info.st_mode)
     if kind != "file":
-        return WorktreeFile(memory_path, tree_path, kind)
+        return WorktreeFile(tree_path, kind)
     cached = cache.lookup(tree_path, info)
     if cached is not None:
-        return WorktreeFile(memory_path, tree_path, kind, cached[0], cached[1], cached[3], cached[2])
+        return WorktreeFile(tree_path, kind, *cached)
     try:
-        sha, blob, size, data = _hash_file(full)
+        sha, size, data = _hash_file(full)
     except _NotRegular as exc:
-        return WorktreeFile(memory_path, tree_path, exc.kind)
+        return WorktreeFile(tree_path, exc.kind)
     except FileNotFoundError:
         # Gone between the listing and the read (an editor saving by rename): held, not a delete.
-        return WorktreeFile(memory_path, tree_path, kind, problem="it disappeared while memsync read it")
+        return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
     problem: str | None = None
     if data is None:
         problem = str(
@@ -309,8 +295,8 @@ def _inspect(
             decode_content(data, dialect)
         except RuleViolation as exc:
             problem = str(exc)
-    cache.store(tree_path, info, sha, blob, problem)
-    return WorktreeFile(memory_path, tree_path, kind, sha, blob, problem, size)
+    cache.store(tree_path, info, sha, problem)
+    return WorktreeFile(tree_path, kind, sha, problem)
 
 
 class _NotRegular(Exception):
@@ -319,8 +305,11 @@ class _NotRegular(Exception):
         self.kind = kind
 
 
-def _open_regular(full: Path) -> int:
-    """A read descriptor on a regular file, never through a symlink and never blocking on a fifo."""
+def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
+    """``(sha256, size, bytes)`` of a regular file; bytes are None for a file too large to be a memory.
+
+    Never through a symlink and never blocking on a fifo (:class:`_NotRegular` names what it is).
+    """
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -329,23 +318,14 @@ def _open_regular(full: Path) -> int:
         if exc.errno in (errno.ENXIO, errno.EISDIR):
             raise _NotRegular("other") from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise _NotRegular(_kind(mode))
-    return fd
-
-
-def _hash_file(full: Path) -> tuple[str, str | None, int, bytes | None]:
-    """``(sha256, blob id, size, bytes)``; blob id and bytes are None for a file too large to be a memory."""
-    fd = _open_regular(full)
     with os.fdopen(fd, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size <= MAX_CONTENT_BYTES:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotRegular(_kind(info.st_mode))
+        if info.st_size <= MAX_CONTENT_BYTES:
             data = handle.read(MAX_CONTENT_BYTES + 1)
             if len(data) <= MAX_CONTENT_BYTES:
-                sha, blob = _hashes(data)
-                return sha, blob, len(data), data
+                return hashlib.sha256(data).hexdigest(), len(data), data
             handle.seek(0)
         # Too large to be a memory: hash it in chunks (it is only ever reported), never hold it.
         digest = hashlib.sha256()
@@ -353,33 +333,25 @@ def _hash_file(full: Path) -> tuple[str, str | None, int, bytes | None]:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
             total += len(chunk)
-        return digest.hexdigest(), None, total, None
+        return digest.hexdigest(), total, None
 
 
 def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
     """git's blob id of the regular file at ``tree_path`` (None: absent, not regular, or too large)."""
     try:
-        return _hash_file(mirror.path / tree_path)[1]
+        data = _hash_file(mirror.path / tree_path)[2]
     except (_NotRegular, OSError):
         return None
-
-
-def _hashes(data: bytes) -> tuple[str, str]:
-    return hashlib.sha256(data).hexdigest(), blob_id(data)
+    return None if data is None else blob_id(data)
 
 
 # --- reading and checking single files -----------------------------------------------------------
 
 
-def spellings(memory_path: str) -> tuple[str, str]:
-    """The two working-tree spellings a memory's file can have (without and with ``%_``)."""
-    return encoded(memory_path), encoded(memory_path, True)
-
-
 def locate(mirror: Mirror, memory_path: str) -> str | None:
     """The tree path of the memory's file in the checkout now (either spelling), or None."""
-    found = [p for p in spellings(memory_path) if os.path.lexists(mirror.path / p)]
-    found = [p for p in found if not os.path.isdir(mirror.path / p) or os.path.islink(mirror.path / p)]
+    spellings = (encoded(memory_path), encoded(memory_path, True))
+    found = [p for p in spellings if os.path.lexists(mirror.path / p) and not _is_folder(mirror.path / p)]
     if len(found) > 1:
         raise MirrorError(
             f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
@@ -388,32 +360,34 @@ def locate(mirror: Mirror, memory_path: str) -> str | None:
     return found[0] if found else None
 
 
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder itself (a link to one is a file of the checkout: never followed)."""
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _hash_at(mirror: Mirror, tree_path: str) -> tuple[str | None, bytes | None]:
+    """``(sha256, bytes)`` of the file at ``tree_path``; the hash is None when there is no file and
+    :data:`NOT_REGULAR` for a link, the bytes None unless it is a regular file of memory size."""
+    try:
+        sha, _, data = _hash_file(mirror.path / tree_path)
+    except _NotRegular:
+        return NOT_REGULAR, None
+    except FileNotFoundError:
+        return None, None
+    return sha, data
+
+
 def current_sha256(mirror: Mirror, memory_path: str) -> str | None:
     """The SHA-256 of the memory's checkout file now; None if absent; :data:`NOT_REGULAR` for a link."""
     tree_path = locate(mirror, memory_path)
-    if tree_path is None:
-        return None
-    try:
-        return _hash_file(mirror.path / tree_path)[0]
-    except _NotRegular:
-        return NOT_REGULAR
-    except FileNotFoundError:
-        return None
+    return None if tree_path is None else _hash_at(mirror, tree_path)[0]
 
 
 def read_worktree(mirror: Mirror, memory_path: str, expected_sha256: str) -> bytes:
     """The bytes of the memory's checkout file, which must still hash to ``expected_sha256``."""
     tree_path = locate(mirror, memory_path) or encoded(memory_path)
-    try:
-        fd = _open_regular(mirror.path / tree_path)
-    except _NotRegular:
-        raise WorktreeChanged(tree_path, expected_sha256, NOT_REGULAR) from None
-    except FileNotFoundError:
-        raise WorktreeChanged(tree_path, expected_sha256, None) from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_CONTENT_BYTES + 1)
-    found = hashlib.sha256(data).hexdigest()
-    if found != expected_sha256:
+    found, data = _hash_at(mirror, tree_path)
+    if found != expected_sha256 or data is None:
         raise WorktreeChanged(tree_path, expected_sha256, found)
     return data
 
@@ -456,8 +430,6 @@ def apply_checkout(
             pending.append(_Step(memory_path, target[memory_path], locate(mirror, memory_path), wanted))
         elif present[memory_path] != target[memory_path]:
             pending.append(_Step(memory_path, target[memory_path], present[memory_path], None))
-    if not removed and not pending:
-        return []
     root = mirror.path
     for memory_path in sorted(removed):
         gone = locate(mirror, memory_path)
@@ -465,27 +437,23 @@ def apply_checkout(
             _check_unchanged(mirror, memory_path, by_path[memory_path].expected_sha256)
             os.unlink(root / gone)
             _prune(root, gone)
-    warnings: list[str] = []
+    # A step blocked now may run once another has moved out of its way: go round while any runs.
     while pending:
-        progress = False
-        for step in list(pending):
-            if step.try_run(mirror):
-                pending.remove(step)
-                progress = True
-        if progress:
-            continue
-        for step in pending:
-            if step.change is not None:
-                raise MirrorError(
-                    f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
-                    " way (a file git ignores, or one that is no memory's spelling); move it and run again"
-                )
-            warnings.append(
-                f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
-                f" {escape_for_terminal(step.target)}, but something else is in the way"
+        blocked = [step for step in pending if not step.try_run(mirror)]
+        if len(blocked) == len(pending):
+            break
+        pending = blocked
+    for step in pending:
+        if step.change is not None:
+            raise MirrorError(
+                f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
+                " way (a file git ignores, or one that is no memory's spelling); move it and run again"
             )
-        break
-    return warnings
+    return [
+        f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
+        f" {escape_for_terminal(step.target)}, but something else is in the way"
+        for step in pending
+    ]
 
 
 @dataclass
@@ -503,7 +471,7 @@ class _Step:
             destination.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             return False
-        if os.path.isdir(destination) and not os.path.islink(destination):
+        if _is_folder(destination):
             try:
                 destination.rmdir()
             except OSError:
@@ -520,25 +488,20 @@ class _Step:
             return True
         assert self.change.data is not None
         _check_unchanged(mirror, self.memory_path, self.change.expected_sha256)
+        moved_from = self.where if self.where != self.target else None
         temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
         with open(temporary, "xb") as out:
             out.write(self.change.data)
         try:
-            if self.where is not None and self.where != self.target and os.path.lexists(destination):
-                return _give_up(temporary)
+            if moved_from is not None and os.path.lexists(destination):
+                return False
             os.replace(temporary, destination)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-        if self.where is not None and self.where != self.target:
-            (root / self.where).unlink(missing_ok=True)
-            _prune(root, self.where)
+        finally:
+            temporary.unlink(missing_ok=True)  # gone already once renamed
+        if moved_from is not None:
+            (root / moved_from).unlink(missing_ok=True)
+            _prune(root, moved_from)
         return True
-
-
-def _give_up(temporary: Path) -> bool:
-    temporary.unlink(missing_ok=True)
-    return False
 
 
 def _check_unchanged(mirror: Mirror, memory_path: str, expected: str | None) -> None:
@@ -562,10 +525,10 @@ def _prune(root: Path, tree_path: str) -> None:
 # --- git's own state -------------------------------------------------------------------------------
 
 
-def wait_for_index_lock(mirror: Mirror, timeout: float | None = None) -> None:
+def wait_for_index_lock(mirror: Mirror) -> None:
     """Wait briefly (:data:`INDEX_LOCK_WAIT_S`) while git holds ``.git/index.lock``; then a clear error."""
     lock = mirror.git_dir / "index.lock"
-    deadline = time.monotonic() + (INDEX_LOCK_WAIT_S if timeout is None else timeout)
+    deadline = time.monotonic() + INDEX_LOCK_WAIT_S
     while lock.exists():
         if time.monotonic() >= deadline:
             raise MirrorError(
