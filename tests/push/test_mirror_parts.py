@@ -83,7 +83,7 @@ def test_scan_reads_regular_files_and_never_follows_links(mirror: Mirror, tmp_pa
     assert files["nul.md"].problem is not None and "U+0000" in files["nul.md"].problem
     assert files["empty.md"].problem is not None and "empty" in files["empty.md"].problem
     assert ".notes.md.swp" not in files
-    strays = {s.tree_path: s.reason for s in scan.strays}
+    strays = scan.strays
     assert set(strays) == {"100%.md", "notes/b.md%_"}
     assert "100%25.md" in strays["100%.md"] and "two spellings" in strays["notes/b.md%_"]
     # Empty content is fine on Anthropic; a memory named like a temporary counts when it is known.

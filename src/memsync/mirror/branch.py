@@ -11,7 +11,6 @@ files that are still local (conflicts, rejected files, withheld deletes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -44,22 +43,15 @@ def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
     return kept
 
 
-@dataclass(frozen=True, slots=True)
-class MainRewind:
-    """``main`` no longer contains the imported commit the checkout was last reconciled at.
-
-    ``fork`` is the newest imported commit ``main`` still contains (None: none at all), ``versions``
-    how many imported versions lie between it and the reconciled commit, and ``before`` maps every
-    memory path those versions changed to its content's SHA-256 at ``fork`` (None: absent there).
-    """
-
-    fork: str | None
-    versions: int
-    before: dict[str, str | None]
-
-
-def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRewind | None:
+def main_rewind(
+    mirror: Mirror, base: str | None, hashes: BlobHashes
+) -> tuple[str | None, int, dict[str, str | None]] | None:
     """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None.
+
+    ``(fork, versions, before)``, the push engine's ``Rewind``: ``fork`` is the newest imported
+    commit ``main`` still contains (None: none at all), ``versions`` how many imported versions lie
+    between it and the reconciled commit, and ``before`` maps every memory path those versions
+    changed to its content's SHA-256 at ``fork`` (None: absent there).
 
     Commits on ``main`` after the base, and a base that is itself ahead of ``main`` only because
     nothing of it was checked out yet, are no rewind: the base's imported commit must be missing
@@ -78,7 +70,7 @@ def main_rewind(mirror: Mirror, base: str | None, hashes: BlobHashes) -> MainRew
                 before[decoded(delta.old_file.path)] = hashes.sha256(str(delta.old_file.id))
             if delta.status != DeltaStatus.DELETED:
                 before.setdefault(decoded(delta.new_file.path), None)
-    return MainRewind(fork, versions, before)
+    return fork, versions, before
 
 
 def pushed_refs(mirror: Mirror) -> list[str]:
@@ -88,27 +80,25 @@ def pushed_refs(mirror: Mirror) -> list[str]:
 
 def align_index(mirror: Mirror, commit: str) -> None:
     """Make the index hold ``commit``'s tree; entries of files the checkout holds unchanged get stat data."""
-    wanted = {path: pygit2.Oid(hex=blob) for path, blob in mirror.tree_files(commit).items()}
+    wanted = mirror.tree_files(commit)
     index = mirror.index()
     with translated("reading the index"):
-        current = {entry.path: entry.id for entry in index}
-        has_conflicts = index.conflicts is not None
-    changed = has_conflicts
+        changed = index.conflicts is not None
+        current = {} if changed else {entry.path: str(entry.id) for entry in index}
     with translated("updating the index"):
-        if has_conflicts:
+        if changed:
             index.read_tree(mirror.tree(commit))
-            current = {}
         for path in current.keys() - wanted.keys():
             index.remove(path)
             changed = True
-        for path, oid in wanted.items():
-            if current.get(path) == oid:
+        for path, blob in wanted.items():
+            if current.get(path) == blob:
                 continue
             changed = True
-            if worktree_blob(mirror, path) == str(oid):
+            if worktree_blob(mirror, path) == blob:
                 index.add(path)  # reads the file: the entry gets its stat data
             else:
-                index.add(pygit2.IndexEntry(path, oid, FileMode.BLOB))
+                index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), FileMode.BLOB))
     if not changed:
         return
     try:

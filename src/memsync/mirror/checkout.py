@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,8 +43,8 @@ class CheckoutUpdate:
     words why nothing moved (None when ``updated``).
     """
 
-    updated: bool
     tip: str | None
+    updated: bool = False
     local_changes: tuple[str, ...] = ()
     diverged: bool = False
     reason: str | None = None
@@ -77,39 +76,27 @@ class ConflictPaths(pygit2.CheckoutCallbacks):
             crash_point("checkout.file_written")
 
 
-def _reconciled_base(mirror: GitStore, head: str) -> str | None:
-    """The base to diff ``main`` against: ``refs/memsync/base``, or, when that ref was lost, the
-    last commit ``main`` shares with the imported history (so imported commits never count as local).
-    """
-    base = mirror.ref_target(BASE_REF)
-    if base is not None:
-        return base
-    tip = mirror.ref_target(MEMSTORE_REF)
-    if tip is None:
-        return None
-    with translated("finding where main left the imported history"):
-        return mirror.merge_base(head, tip)
+def _changed_paths(mirror: GitStore, old: str | None, new: str) -> set[str]:
+    """The tree paths that differ between two commits (both sides of a rename)."""
+    with translated(f"comparing {old} with {new}"):
+        deltas = mirror.tree(old).diff_to_tree(mirror.tree(new)).deltas
+        return {path for delta in deltas for path in (delta.old_file.path, delta.new_file.path)}
 
 
 def local_changes(mirror: GitStore) -> tuple[str, ...]:
     """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
-    in_checkout: set[str] = set()
+    status = mirror.status()
+    in_checkout = {
+        path for path, flags in status.items() if flags not in (FileStatus.CURRENT, FileStatus.IGNORED)
+    }
+    head, tip = mirror.ref_target(MAIN_REF), mirror.ref_target(MEMSTORE_REF)
     committed: set[str] = set()
-    with translated("reading the status of the checkout"):
-        for path, flags in mirror.status().items():
-            if flags not in (FileStatus.CURRENT, FileStatus.IGNORED):
-                in_checkout.add(path)
-        head = mirror.ref_target(MAIN_REF)
-        if head is not None:
-            base = _reconciled_base(mirror, head)
-            if head != base:
-                for delta in mirror.tree(base).diff_to_tree(mirror.tree(head)).deltas:
-                    committed.add(delta.old_file.path)
-                    committed.add(delta.new_file.path)
-    if head is not None and head == mirror.ref_target(MEMSTORE_REF):
-        # main is at the tip (moved there by a checkout killed before the base followed): what lies
-        # between the base and main is imported history, not the user's.
-        committed = set()
+    # With main at the tip (moved there by a checkout killed before the base followed), what lies
+    # between the base and main is imported history, not the user's.
+    if head is not None and head != tip:
+        # Lost refs/memsync/base: where main left the imported history (imported commits are not local).
+        base = mirror.ref_target(BASE_REF) or (None if tip is None else mirror.merge_base(head, tip))
+        committed = _changed_paths(mirror, base, head) if base != head else set()
     if in_checkout and not committed and _toward_tip(mirror, head, in_checkout):
         return ()
     return tuple(sorted(in_checkout | committed))
@@ -132,12 +119,9 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     # killed checkout (and only then), one file that is the start of the tip's is the tip's too.
     may_be_cut = _killed_checkout(mirror) is not None
     for path in paths:
-        try:
-            entry: pygit2.Object | None = tree[path]
-        except KeyError:
-            entry = None
+        entry = tree[path] if path in tree else None  # noqa: SIM401 (a pygit2.Tree has no get)
         on_disk = os.path.join(mirror.workdir, path)
-        if entry is None or entry.type != pygit2.enums.ObjectType.BLOB:
+        if not isinstance(entry, pygit2.Blob):
             # The tip has no file here. A folder of the tip's in its place is fine: the status
             # lists the files in it on their own.
             is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
@@ -146,10 +130,11 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
             continue
         if os.path.islink(on_disk):
             return False
-        wanted = entry.peel(pygit2.Blob).data
+        wanted = entry.data
         try:
             # Read, not stat-then-read: the user's editor may be saving it this very moment.
-            data = _read_at_most(on_disk, len(wanted) + 1)
+            with open(on_disk, "rb") as file:
+                data = file.read(len(wanted) + 1)
         except OSError:
             return False
         if data != wanted:
@@ -159,17 +144,19 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     return True
 
 
-def _read_at_most(path: str, size: int) -> bytes:
-    with open(path, "rb") as file:
-        return file.read(size)
-
-
 _CHECKOUT_MARK = "checkout-pid"
 
 
-@contextlib.contextmanager
-def _marked_checkout(mirror: GitStore) -> Iterator[None]:
-    """Within the block ``.git/memsync/checkout-pid`` names this process as the one writing the tree.
+def _marked_checkout(
+    mirror: GitStore,
+    tree: pygit2.Tree,
+    strategy: CheckoutStrategy,
+    *,
+    callbacks: ConflictPaths | None = None,
+    paths: list[str] | None = None,
+) -> None:
+    """libgit2's checkout of ``tree`` (never over an ignored file), while ``.git/memsync/checkout-pid``
+    names this process as the one writing the tree.
 
     libgit2 holds ``.git/index.lock`` for the whole checkout; a kill leaves it behind, and git (like
     libgit2) then refuses every command until someone deletes it. The mark lets the next run tell
@@ -179,7 +166,12 @@ def _marked_checkout(mirror: GitStore) -> Iterator[None]:
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text(str(os.getpid()), encoding="ascii")
     try:
-        yield
+        mirror.checkout(
+            tree,
+            strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+            callbacks=callbacks,
+            paths=paths,
+        )
     finally:
         mark.unlink(missing_ok=True)
 
@@ -207,11 +199,9 @@ def _clear_killed_checkout(mirror: GitStore) -> None:
     since stays: :func:`wait_for_index_lock` waits for it, then names it.
     """
     started = _killed_checkout(mirror)
-    if started is None:
-        return
     lock = mirror.git_dir / "index.lock"
     with contextlib.suppress(OSError):
-        if lock.stat().st_mtime >= started:
+        if started is not None and lock.stat().st_mtime >= started:
             lock.unlink()
             log.warning("removed %s, left by a killed checkout", lock)
 
@@ -220,34 +210,23 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     """Fast-forward ``main`` and the working tree to ``memstore/main`` if nothing local is pending."""
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
-        return CheckoutUpdate(updated=False, tip=None, reason="nothing has been imported yet")
+        return CheckoutUpdate(tip=None, reason="nothing has been imported yet")
     _clear_killed_checkout(mirror)
     # Mid-rebase (or merge, bisect, ...) the checkout is git's and the user's: moving main or the
     # files under that operation would make its --continue or --abort go wrong.
-    problem = head_problem(mirror)
-    if problem is not None:
-        return CheckoutUpdate(updated=False, tip=tip, diverged=True, reason=problem)
-    changes = local_changes(mirror)
-    if changes:
-        return CheckoutUpdate(
-            updated=False, tip=tip, local_changes=changes, reason="local changes are pending"
-        )
+    if (problem := head_problem(mirror)) is not None:
+        return CheckoutUpdate(tip=tip, diverged=True, reason=problem)
+    if changes := local_changes(mirror):
+        return CheckoutUpdate(tip=tip, local_changes=changes, reason="local changes are pending")
     head = mirror.ref_target(MAIN_REF)
     base = mirror.ref_target(BASE_REF)
     if head is not None and head != tip and not mirror.is_ancestor(head, tip):
-        return CheckoutUpdate(
-            updated=False, tip=tip, diverged=True, reason="main has commits that memstore/main lacks"
-        )
+        return CheckoutUpdate(tip=tip, diverged=True, reason="main has commits that memstore/main lacks")
     if head != tip:
         target = mirror.tree(tip)
         conflicts = ConflictPaths()
         try:
-            with _marked_checkout(mirror):
-                mirror.checkout(
-                    target,
-                    strategy=CheckoutStrategy.SAFE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-                    callbacks=conflicts,
-                )
+            _marked_checkout(mirror, target, CheckoutStrategy.SAFE, callbacks=conflicts)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
@@ -258,30 +237,26 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 # Forced only where main and the tip differ: a file the tip does not change is
                 # never rewritten, whatever happened to it since the status was read.
-                old = mirror.tree(head)
-                moved = {
-                    p for d in old.diff_to_tree(target).deltas for p in (d.old_file.path, d.new_file.path)
-                }
-                with _marked_checkout(mirror):
-                    mirror.checkout(
-                        target,
-                        strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-                        paths=sorted(moved | set(conflicts.paths)),
-                    )
+                moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
+                _marked_checkout(mirror, target, CheckoutStrategy.FORCE, paths=sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(
-                    updated=False,
-                    tip=tip,
-                    local_changes=tuple(sorted(pending)),
-                    reason="files are in the way",
+                    tip=tip, local_changes=tuple(sorted(pending)), reason="files are in the way"
                 )
         crash_point("checkout.tree_written")
         mirror.set_ref_if_equals(MAIN_REF, tip, head, message="memsync: checkout of the imported tip")
         crash_point("checkout.main_moved")
     if base != tip:
         mirror.set_ref_if_equals(BASE_REF, tip, base, message="memsync: checkout reconciled")
-    return CheckoutUpdate(updated=True, tip=tip)
+    return CheckoutUpdate(tip=tip, updated=True)
+
+
+def _continue_or_abort(command: str) -> str:
+    return (
+        f"a {command} is in progress in the mirror: finish it with `{command} --continue` (after"
+        f" resolving any conflicts and `git add`) or undo it with `{command} --abort`"
+    )
 
 
 # What ends each git operation, named as git itself says it: "finish" first, then "undo".
@@ -290,25 +265,13 @@ _IN_PROGRESS: dict[RepositoryState, str] = {
         "a git merge is in progress in the mirror: finish it (resolve any conflicts, `git add` the"
         " files, then `git commit`) or undo it with `git merge --abort`"
     ),
-    RepositoryState.REVERT: (
-        "a git revert is in progress in the mirror: finish it with `git revert --continue` (after"
-        " resolving any conflicts and `git add`) or undo it with `git revert --abort`"
-    ),
-    RepositoryState.CHERRYPICK: (
-        "a git cherry-pick is in progress in the mirror: finish it with `git cherry-pick --continue`"
-        " (after resolving any conflicts and `git add`) or undo it with `git cherry-pick --abort`"
-    ),
+    RepositoryState.REVERT: _continue_or_abort("git revert"),
+    RepositoryState.CHERRYPICK: _continue_or_abort("git cherry-pick"),
     RepositoryState.BISECT: (
         "a git bisect is in progress in the mirror: end it with `git bisect reset`, which returns to main"
     ),
-    RepositoryState.REBASE: (
-        "a git rebase is in progress in the mirror: finish it with `git rebase --continue` (after"
-        " resolving any conflicts and `git add`) or undo it with `git rebase --abort`"
-    ),
-    RepositoryState.APPLY_MAILBOX: (
-        "a git am is in progress in the mirror: finish it with `git am --continue` (after resolving"
-        " any conflicts and `git add`) or undo it with `git am --abort`"
-    ),
+    RepositoryState.REBASE: _continue_or_abort("git rebase"),
+    RepositoryState.APPLY_MAILBOX: _continue_or_abort("git am"),
     RepositoryState.APPLY_MAILBOX_OR_REBASE: (
         "a git rebase or git am is in progress in the mirror: finish it with `git rebase --continue`"
         " (or `git am --continue`) or undo it with `git rebase --abort` (or `git am --abort`)"
@@ -329,8 +292,7 @@ def head_problem(mirror: GitStore) -> str | None:
     `git switch main` that a detached HEAD calls for is what git refuses in the middle of them.
     """
     head = mirror.head()
-    state = head.state
-    if state is not RepositoryState.NONE:
+    if (state := head.state) is not RepositoryState.NONE:
         return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER
     if head.target is None:
         return None

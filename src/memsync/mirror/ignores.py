@@ -19,10 +19,7 @@ memory at it: a memory may have any name, and ignoring it would delete it.
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
-
-from memsync.mirror.errors import translated
 
 if TYPE_CHECKING:
     from memsync.mirror.gitstore import GitStore
@@ -78,7 +75,7 @@ OLD_EXCLUDE_BLOCKS = (
 
 def is_ignore_file(tree_path: str) -> bool:
     """Whether ``tree_path`` is a ``.gitignore`` file: the user's, whatever git tracks."""
-    return PurePosixPath(tree_path).name == IGNORE_FILE
+    return tree_path.rpartition("/")[2] == IGNORE_FILE
 
 
 def is_ignored(mirror: GitStore, tree_path: str) -> bool:
@@ -87,7 +84,4 @@ def is_ignored(mirror: GitStore, tree_path: str) -> bool:
     Only the caller knows whether the path is a memory already (tracked, in the base or the store),
     which overrides this.
     """
-    if is_ignore_file(tree_path):
-        return True
-    with translated(f"checking whether git ignores {tree_path}"):
-        return mirror.is_ignored(tree_path)
+    return is_ignore_file(tree_path) or mirror.is_ignored(tree_path)

@@ -77,13 +77,13 @@ def write_metadata(
                 path = _memory_file(memory_id)
                 seen.add(path)
                 put(path, _document(document, f"memory {memory_id}"))
-            changes += [
-                Remove(path) for path in sorted(current) if _is_memory_file(path) and path not in seen
-            ]
+            memory_files = (path for path in sorted(current) if path.startswith(f"{MEMORIES_DIR}/"))
+            changes += [Remove(path) for path in memory_files if path not in seen]
         else:
-            for memory_id, document in sorted((changed or {}).items()):
+            changed = changed or {}
+            for memory_id, document in sorted(changed.items()):
                 put(_memory_file(memory_id), _document(document, f"memory {memory_id}"))
-            for memory_id in sorted(set(removed) - set(changed or {})):
+            for memory_id in sorted(set(removed) - set(changed)):
                 if (path := _memory_file(memory_id)) in current:
                     changes.append(Remove(path))
         if not changes:
@@ -131,10 +131,6 @@ def _memory_file(memory_id: str) -> str:
     return f"{MEMORIES_DIR}/{memory_id}.json"
 
 
-def _is_memory_file(path: str) -> bool:
-    return path.startswith(MEMORIES_DIR + "/")
-
-
 def read_metadata(
     repository: GitStore, commit: str | None = None
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -145,10 +141,10 @@ def read_metadata(
         return None, {}
     with translated("reading the metadata branch"):
         tree = repository.tree(target)
-        store = json.loads(tree["store.json"].peel(pygit2.Blob).data) if "store.json" in tree else None
+        store = json.loads(tree[STORE_FILE].peel(pygit2.Blob).data) if STORE_FILE in tree else None
         memories: dict[str, Any] = {}
-        if "memories" in tree:
-            for item in tree["memories"].peel(pygit2.Tree):
+        if MEMORIES_DIR in tree:
+            for item in tree[MEMORIES_DIR].peel(pygit2.Tree):
                 name = item.name or ""
                 if name.endswith(".json") and isinstance(item, pygit2.Blob):
                     memories[name.removesuffix(".json")] = json.loads(item.data)

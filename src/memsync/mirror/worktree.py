@@ -20,6 +20,7 @@ changes are moved as well.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -29,7 +30,7 @@ import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from memsync.errors import MirrorError, RuleViolation
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 # memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
 # daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
 TEMPORARY_PREFIX = ".#memsync-"
-_CHUNK = 1 << 16
 INDEX_LOCK_WAIT_S = 5.0
 
 
@@ -58,9 +58,6 @@ class WorktreeChanged(MirrorError):
             f"{escape_for_terminal(tree_path)} changed while memsync was working on it"
             f" (expected {_describe(expected)}, found {_describe(found)}); run again"
         )
-        self.tree_path = tree_path
-        self.expected = expected
-        self.found = found
 
 
 def _describe(sha: str | None) -> str:
@@ -86,20 +83,13 @@ class WorktreeFile:
     problem: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StrayFile:
-    """A file in the checkout that is no memory's spelling; ``reason`` says why and what to do."""
-
-    tree_path: str
-    reason: str
-
-
 @dataclass
 class WorktreeScan:
-    """The checkout's candidate memories by memory path, and the strays."""
+    """The checkout's candidate memories by memory path, and the strays (no memory's spelling) by tree
+    path, each with the reason why and what to do."""
 
     files: dict[str, WorktreeFile] = field(default_factory=dict)
-    strays: list[StrayFile] = field(default_factory=list)
+    strays: dict[str, str] = field(default_factory=dict)
 
 
 def scan_worktree(
@@ -131,20 +121,15 @@ def scan_worktree(
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if is_ignored(mirror, tree_path) and tree_path not in mirror.index():
-                continue
-            scan.strays.append(StrayFile(tree_path, str(exc)))
+            if not is_ignored(mirror, tree_path) or tree_path in mirror.index():
+                scan.strays[tree_path] = str(exc)
             continue
         if memory_path not in known and is_ignored(mirror, tree_path) and tree_path not in mirror.index():
             continue
-        other = scan.files.get(memory_path)
-        if other is not None:
-            scan.strays.append(
-                StrayFile(
-                    tree_path,
-                    f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
-                    f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them",
-                )
+        if (other := scan.files.get(memory_path)) is not None:
+            scan.strays[tree_path] = (
+                f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
+                f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
             )
             continue
         scan.files[memory_path] = _inspect(root / tree_path, tree_path, info, dialect, cache)
@@ -169,7 +154,8 @@ class _StatCache:
 
     def __init__(self, mirror: Mirror, dialect: Dialect, *, trusted: bool) -> None:
         self._path = mirror.state_dir / self.FILE
-        self._dialect = dialect.value
+        # What the cached answers depend on besides the files: a cache of another dialect is not used.
+        self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
         self._old: dict[str, list[object]] = self._load() if trusted else {}
         self._new: dict[str, list[object]] = {}
@@ -179,11 +165,7 @@ class _StatCache:
             data = json.loads(self._path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        if (
-            not isinstance(data, dict)
-            or data.get("format") != self.FORMAT
-            or data.get("dialect") != self._dialect
-        ):
+        if not isinstance(data, dict) or {key: data.get(key) for key in self._header} != self._header:
             return {}
         files = data.get("files")
         return files if isinstance(files, dict) else {}
@@ -196,9 +178,8 @@ class _StatCache:
         size, mtime, ctime, inode, hashed_at, sha, problem = entry
         if [size, mtime, ctime, inode] != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]:
             return None
-        if not isinstance(hashed_at, int) or info.st_mtime_ns + self.RACY_NS >= hashed_at:
-            return None
-        if not isinstance(sha, str) or not isinstance(problem, str | None):
+        settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
+        if not settled or not isinstance(sha, str) or not isinstance(problem, str | None):
             return None
         self._new[tree_path] = entry
         return sha, problem
@@ -211,7 +192,7 @@ class _StatCache:
     def save(self) -> None:
         if self._new == self._old:
             return
-        payload = {"format": self.FORMAT, "dialect": self._dialect, "files": self._new}
+        payload = {**self._header, "files": self._new}
         temporary = self._path.with_name(f".{self.FILE}.{os.getpid()}.tmp")
         try:
             temporary.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
@@ -224,10 +205,8 @@ def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
     """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
     found: dict[str, str] = {}
     for tree_path, _ in _walk(mirror.path):
-        try:
+        with contextlib.suppress(PathEncodingError):
             found.setdefault(decoded(tree_path), tree_path)
-        except PathEncodingError:
-            continue
     return found
 
 
@@ -237,12 +216,12 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
     while pending:
         prefix = pending.pop()
         try:
-            entries = sorted(os.scandir(root / prefix if prefix else root), key=lambda e: e.name)
+            entries = sorted(os.scandir(root / prefix), key=lambda e: e.name)
         except FileNotFoundError:
             continue
         for entry in entries:
             tree_path = f"{prefix}{entry.name}"
-            if not prefix and entry.name == ".git":
+            if tree_path == ".git":
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
@@ -254,7 +233,7 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-# What :func:`_kind` calls each type of file that is not a folder.
+# The kind (:class:`WorktreeFile`) of each type of file that is not a folder; any other is "other".
 _KINDS = {
     stat.S_IFREG: "file",
     stat.S_IFLNK: "symlink",
@@ -265,23 +244,18 @@ _KINDS = {
 }
 
 
-def _kind(mode: int) -> str:
-    return _KINDS.get(stat.S_IFMT(mode), "other")
-
-
 def _inspect(
     full: Path, tree_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
 ) -> WorktreeFile:
-    kind = _kind(info.st_mode)
+    kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
     if kind != "file":
         return WorktreeFile(tree_path, kind)
-    cached = cache.lookup(tree_path, info)
-    if cached is not None:
+    if (cached := cache.lookup(tree_path, info)) is not None:
         return WorktreeFile(tree_path, kind, *cached)
     try:
         sha, size, data = _hash_file(full)
     except _NotRegular as exc:
-        return WorktreeFile(tree_path, exc.kind)
+        return WorktreeFile(tree_path, exc.args[0])
     except FileNotFoundError:
         # Gone between the listing and the read (an editor saving by rename): held, not a delete.
         return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
@@ -300,9 +274,7 @@ def _inspect(
 
 
 class _NotRegular(Exception):
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
+    """A file that is never read (a link, a fifo, ...); its kind (:class:`WorktreeFile`) is ``args[0]``."""
 
 
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
@@ -321,19 +293,14 @@ def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise _NotRegular(_kind(info.st_mode))
+            raise _NotRegular(_KINDS.get(stat.S_IFMT(info.st_mode), "other"))
         if info.st_size <= MAX_CONTENT_BYTES:
             data = handle.read(MAX_CONTENT_BYTES + 1)
             if len(data) <= MAX_CONTENT_BYTES:
                 return hashlib.sha256(data).hexdigest(), len(data), data
             handle.seek(0)
-        # Too large to be a memory: hash it in chunks (it is only ever reported), never hold it.
-        digest = hashlib.sha256()
-        total = 0
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            total += len(chunk)
-        return digest.hexdigest(), total, None
+        # Too large to be a memory: hashed in chunks (it is only ever reported), never held.
+        return hashlib.file_digest(handle, "sha256").hexdigest(), handle.tell(), None
 
 
 def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
@@ -427,13 +394,12 @@ def apply_checkout(
     for memory_path in sorted(final):
         wanted = by_path.get(memory_path)
         if wanted is not None:
-            pending.append(_Step(memory_path, target[memory_path], locate(mirror, memory_path), wanted))
+            pending.append(_Step(target[memory_path], locate(mirror, memory_path), wanted))
         elif present[memory_path] != target[memory_path]:
-            pending.append(_Step(memory_path, target[memory_path], present[memory_path], None))
+            pending.append(_Step(target[memory_path], present[memory_path], None))
     root = mirror.path
     for memory_path in sorted(removed):
-        gone = locate(mirror, memory_path)
-        if gone is not None:
+        if (gone := locate(mirror, memory_path)) is not None:
             _check_unchanged(mirror, memory_path, by_path[memory_path].expected_sha256)
             os.unlink(root / gone)
             _prune(root, gone)
@@ -456,9 +422,8 @@ def apply_checkout(
     ]
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Step:
-    memory_path: str
     target: str
     where: str | None
     change: CheckoutChange | None
@@ -487,7 +452,7 @@ class _Step:
             _prune(root, self.where)
             return True
         assert self.change.data is not None
-        _check_unchanged(mirror, self.memory_path, self.change.expected_sha256)
+        _check_unchanged(mirror, self.change.memory_path, self.change.expected_sha256)
         moved_from = self.where if self.where != self.target else None
         temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
         with open(temporary, "xb") as out:
@@ -513,13 +478,11 @@ def _check_unchanged(mirror: Mirror, memory_path: str, expected: str | None) -> 
 
 def _prune(root: Path, tree_path: str) -> None:
     """Remove the folders of ``tree_path`` that are now empty, deepest first."""
-    parts = tree_path.split("/")[:-1]
-    while parts:
+    for folder in PurePosixPath(tree_path).parents[:-1]:
         try:
-            (root / "/".join(parts)).rmdir()
+            (root / folder).rmdir()
         except OSError:
             return
-        parts.pop()
 
 
 # --- git's own state -------------------------------------------------------------------------------

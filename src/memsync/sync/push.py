@@ -210,14 +210,14 @@ def report_notices(mirror: Mirror, report: PushReport, done: Plan, scan: Worktre
             report.withheld.append(entry)
         elif notice.kind is not NoticeKind.CONFLICT_OPEN:
             report.notices.append({**entry, "kind": notice.kind.value})
-    for stray in scan.strays:
-        report.rejected.append({"path": stray.tree_path, "reason": f"not pushed: {stray.reason}"})
+    for tree_path, reason in scan.strays.items():
+        report.rejected.append({"path": tree_path, "reason": f"not pushed: {reason}"})
 
 
 def rewind_of(mirror: Mirror, base_ref: str | None, hashes: BlobHashes) -> Rewind | None:
     """The rewind guard's input: how far ``main`` was moved back behind the base, if it was."""
     found = main_rewind(mirror, base_ref, hashes)
-    return None if found is None else Rewind(found.fork, found.versions, found.before)
+    return None if found is None else Rewind(*found)
 
 
 def _report_conflicts(
