@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ PACK_OBJECTS = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "pa
 PACKS_FILE = "packs.json"  # {"sealed": [pack file names], "tips": [what the refs pointed at then]}
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+# memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
+# daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
+TEMPORARY_PREFIX = ".#memsync-"
 _DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
 
 
@@ -552,10 +556,7 @@ class GitStore:
             return [], []
 
     def _save_packs_record(self, sealed: list[str], tips: list[str]) -> None:
-        target = self.state_dir / PACKS_FILE
-        temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"sealed": sealed, "tips": tips}), encoding="utf-8")
-        os.replace(temporary, target)
+        replace_file(self.state_dir / PACKS_FILE, json.dumps({"sealed": sealed, "tips": tips}).encode())
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
         """Expire reflogs and prune every object nothing reaches (content that must leave for good).
@@ -665,6 +666,18 @@ def process_gone(pid: int) -> bool:
     except (PermissionError, OverflowError):
         return False
     return False
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Give ``path`` the content ``data`` whole, or leave it as it was: written beside it, then
+    renamed over it. The temporary's name is short (any file name fits beside it), per thread (no
+    two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`)."""
+    temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # gone already once renamed
 
 
 def temporary_beside(path: Path) -> Path:

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass, field, replace
@@ -27,6 +26,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
+from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
 from memsync.mirror.refs import MEMSTORE_REF
 from memsync.mirror.trailers import (
@@ -602,9 +602,6 @@ def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
 
 
 def _save_facts(state_dir: Path, tip: str, facts: HistoryFacts) -> None:
-    target = state_dir / FACTS_FILE
-    tmp = target.with_suffix(".tmp")
     redacted = [astuple(r) for r in facts.redacted]  # in the order _load_facts passes them back
     record = {"format": 1, "tip": tip, "root": facts.root, "truncated": facts.truncated, "redacted": redacted}
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, target)
+    replace_file(state_dir / FACTS_FILE, json.dumps(record).encode())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ import pygit2
 from memsync.errors import UnsafeInput
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
+from memsync.mirror.gitstore import replace_file
 from memsync.mirror.refs import METADATA_REF
 from memsync.mirror.trailers import ID_PATTERN
 
@@ -120,9 +120,7 @@ def note_metadata_follows(mirror: GitStore, tip: str | None) -> None:
         return
     if metadata_follows(mirror) == tip:
         return  # a pull that found nothing new: a read, not a write and a rename, for every store
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(tip + "\n", encoding="ascii")
-    os.replace(tmp, target)
+    replace_file(target, f"{tip}\n".encode("ascii"))
 
 
 def _memory_file(memory_id: str) -> str:

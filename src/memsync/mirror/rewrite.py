@@ -45,7 +45,7 @@ import pygit2
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitstore import blob_at
+from memsync.mirror.gitstore import blob_at, replace_file
 from memsync.mirror.history import FACTS_FILE, HistoryWriter, VersionRecord, apply_trailers
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
@@ -142,7 +142,7 @@ class _Pending:
         return cls(versions=list(data.get("versions", [])), blobs=dict(data.get("blobs", {})))
 
     def save(self, path: Path) -> None:
-        _replace(path, json.dumps(asdict(self), indent=1).encode("utf-8"), path.with_suffix(".tmp"))
+        replace_file(path, json.dumps(asdict(self), indent=1).encode("utf-8"))
 
 
 def superseded_commits(mirror: Mirror) -> set[str]:
@@ -577,7 +577,7 @@ class _Carrier:
                     (workdir / folder).rmdir()
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
-            _replace(file, self._mirror.read_blob(after), file.with_name(f".{file.name}.memsync-tmp"))
+            replace_file(file, self._mirror.read_blob(after))
 
     def _report_working_tree(self) -> None:
         """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
@@ -627,7 +627,7 @@ class _Carrier:
                 STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
             )
         if rewritten != lines:
-            _replace(log_file, b"".join(rewritten), log_file.with_suffix(".memsync-tmp"))
+            replace_file(log_file, b"".join(rewritten))
         return new_stash != old_stash or rewritten != lines
 
     def _carry_pseudo_refs(self) -> list[str]:
@@ -647,7 +647,7 @@ class _Carrier:
 
             updated = _HEX40.sub(carried, data)
             if updated != data:
-                _replace(file, updated, file.with_name(f"{name}.memsync-tmp"))
+                replace_file(file, updated)
                 moved.append(name)
         return moved
 
@@ -675,12 +675,6 @@ def _removals_first(
 
 
 # --- pruning and bookkeeping ------------------------------------------------------------------------
-
-
-def _replace(file: Path, data: bytes, temporary: Path) -> None:
-    """``file`` holds ``data`` whole or keeps what it held (written beside it, then renamed over it)."""
-    temporary.write_bytes(data)
-    os.replace(temporary, file)
 
 
 def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: str | None) -> set[str]:

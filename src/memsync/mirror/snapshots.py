@@ -27,9 +27,9 @@ The SHA-256 of a blob never changes, so it is cached for good in ``.git/memsync/
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +41,7 @@ import pygit2
 from memsync.errors import MirrorError
 from memsync.mirror.contentindex import note_contents
 from memsync.mirror.errors import translated
+from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.spellings import decoded, spell_all
 
@@ -195,15 +196,11 @@ def _base_ids_file(mirror: Mirror, commit: str) -> Path:
 
 def _save_base_ids(mirror: Mirror, commit: str, owners: Mapping[str, str]) -> None:
     target = _base_ids_file(mirror, commit)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps({"commit": commit, "paths": dict(owners)}), encoding="utf-8")
-        os.replace(temporary, target)
+    with contextlib.suppress(OSError):  # a cache: without it the base's ids are read from history
+        replace_file(target, json.dumps({"commit": commit, "paths": dict(owners)}).encode())
         for older in mirror.state_dir.glob("base-ids-*.json"):
             if older != target:
                 older.unlink(missing_ok=True)
-    except OSError:
-        temporary.unlink(missing_ok=True)
 
 
 def _kept_base_ids(mirror: Mirror, commit: str) -> dict[str, str] | None:

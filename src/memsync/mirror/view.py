@@ -33,7 +33,7 @@ from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitstore import GitStore
+from memsync.mirror.gitstore import GitStore, replace_file
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decode_path, quote_for_message
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
@@ -308,10 +308,8 @@ class View(GitStore):
 
     def write_state(self, state: Mapping[str, Any]) -> None:
         """Replace the build record atomically."""
-        target = self.state_dir / _STATE_FILE
-        temporary = target.with_name(f".{_STATE_FILE}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n", "utf-8")
-        os.replace(temporary, target)
+        text = json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+        replace_file(self.state_dir / _STATE_FILE, text.encode("utf-8"))
 
     # --- writing ---------------------------------------------------------------------------------
 

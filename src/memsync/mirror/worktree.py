@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
+from memsync.mirror.gitstore import TEMPORARY_PREFIX, replace_file
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.spellings import decoded, encoded, spell_all
@@ -44,9 +45,6 @@ from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
 
-# memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
-# daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
-TEMPORARY_PREFIX = ".#memsync-"
 INDEX_LOCK_WAIT_S = 5.0
 
 
@@ -193,12 +191,8 @@ class _StatCache:
         if self._new == self._old:
             return
         payload = {**self._header, "files": self._new}
-        temporary = self._path.with_name(f".{self.FILE}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(json.dumps(payload, separators=(",", ":")), encoding="utf-8")
-            os.replace(temporary, self._path)
-        except OSError:
-            temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a cache: the next scan hashes again
+            replace_file(self._path, json.dumps(payload, separators=(",", ":")).encode())
 
 
 def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
