@@ -39,6 +39,20 @@ FUZZ_SETTINGS = settings(
 )
 
 
+# Headers that frame the HTTP message itself. A generated value for one (``Content-Length: ACA"<35!``)
+# makes a request that is not HTTP: the server's HTTP layer answers 400 before any operation runs, so
+# it says nothing about the schema. The client sets them from the body it sends.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection"})
+
+
+def _as_http(case: Any) -> Any:
+    """``case`` without generated values for the headers that frame the message."""
+    if case.headers:
+        for name in [name for name in case.headers if name.lower() in FRAMING_HEADERS]:
+            del case.headers[name]
+    return case
+
+
 def _auth(server: ServerProcess) -> dict[str, str]:
     # Bearer is accepted by all three dialects (Anthropic takes x-api-key too).
     return {"Authorization": f"Bearer {server.token}"}
@@ -59,7 +73,7 @@ openapi = schemathesis.pytest.from_fixture("api_schema")
 @openapi.parametrize()
 @FUZZ_SETTINGS
 def test_every_operation_answers_within_its_schema(case: Any, server: ServerProcess) -> None:
-    case.call_and_validate(headers=_auth(server), checks=CHECKS)
+    _as_http(case).call_and_validate(headers=_auth(server), checks=CHECKS)
 
 
 def test_sequences_along_the_schema_links_answer_within_it(api_schema: Any, server: ServerProcess) -> None:
@@ -69,6 +83,7 @@ def test_sequences_along_the_schema_links_answer_within_it(api_schema: Any, serv
 
     class Authenticated(machine):  # type: ignore[misc, valid-type]
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            _as_http(case)
             return {"headers": headers}
 
         def after_call(self, response: Any, case: Any) -> None:
