@@ -135,9 +135,13 @@ class DaemonConfig(_Section):
     full_scan_interval: Seconds = 86400.0
     max_failures: int = Field(default=5, ge=1)
     shutdown_deadline: Seconds = 30.0
-    # Watch the checkouts for saves (inotify). Off: no watcher at all; saves are picked up by the
-    # scheduled cycles (backup fleets nobody edits).
+    # Watch the checkouts for saves. Off: no watcher at all; saves are picked up by the scheduled
+    # cycles (backup fleets nobody edits).
     watch: bool = True
+    # How: "auto" is inotify on Linux and watchdog (FSEvents, ReadDirectoryChangesW, kqueue)
+    # elsewhere; "poll" stats the checkouts every poll_interval seconds where neither can run.
+    watcher: Literal["auto", "inotify", "watchdog", "poll"] = "auto"
+    poll_interval: Seconds = 2.0
     # At most this many inotify watches (one per folder of each checkout); None: as many as
     # fs.inotify.max_user_watches leaves. Past the limit the daemon does not watch (docs/daemon.md).
     max_watches: int | None = Field(default=None, ge=0)
