@@ -419,13 +419,13 @@ def test_another_format_is_refused_with_a_clear_message(new_mirror: NewMirror) -
     tree = git(mirror.path, "rev-parse", "refs/remotes/memstore/main^{tree}").strip()
     message = (
         "created x\n\nMemory-Id: mem_a\nMemory-Version: memver_9\nOperation: created\n"
-        "Created-At: 2026-01-01T00:00:00Z\nMemsync-Format: 2\n"
+        "Created-At: 2026-01-01T00:00:00Z\nMemsync-Format: 3\n"
     )
     commit = git(
         mirror.path, "commit-tree", tree, "-p", "refs/remotes/memstore/main", input=message.encode()
     ).strip()
     git(mirror.path, "update-ref", "refs/remotes/memstore/main", commit)
-    with pytest.raises(FormatError, match=r"Memsync-Format '2'.*upgrade memsync"):
+    with pytest.raises(FormatError, match=r"Memsync-Format '3'.*upgrade memsync"):
         mirror.last_imported()
     git(
         mirror.path,
@@ -439,7 +439,7 @@ def test_another_format_is_refused_with_a_clear_message(new_mirror: NewMirror) -
 
 def test_a_path_cannot_forge_trailers(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
-    forged = "x\n\nMemory-Id: mem_forged\nMemsync-Format: 2"
+    forged = "x\n\nMemory-Id: mem_forged\nMemsync-Format: 3"
     write(mirror, [record(1, "mem_a", "created", forged, b"x")])
     last = mirror.last_imported()
     assert last is not None and last.memory_id == "mem_a" and last.memory_path == forged

@@ -40,7 +40,7 @@ def test_a_good_message_round_trips() -> None:
 @pytest.mark.parametrize(
     ("change", "complaint"),
     [
-        (("Memsync-Format: 1\n", "Memsync-Format: 2\n"), "upgrade memsync"),
+        (("Memsync-Format: 1\n", "Memsync-Format: 3\n"), "upgrade memsync"),
         (("Redacted: true\n", "Redacted: yes\n"), "Redacted"),
         (("Redacted: true\n", "Signed-off-by: x\n"), "unknown trailer"),
         (("Redacted: true\n", "Memory-Id: mem_2\n"), "repeats"),

@@ -26,8 +26,16 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
+from memsync.mirror.folding import fold
 from memsync.mirror.gitstore import replace_file
-from memsync.mirror.paths import directory_prefixes, encode_path, quote_for_message
+from memsync.mirror.paths import (
+    MAX_TREE_PATH_BYTES,
+    Spelling,
+    directory_prefixes,
+    encode_path,
+    escape_for_terminal,
+    quote_for_message,
+)
 from memsync.mirror.refs import MEMSTORE_REF
 from memsync.mirror.trailers import (
     ID_PATTERN,
@@ -92,14 +100,21 @@ class VersionRecord:
 class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).
 
-    It also counts, for every directory, the files below it: a file whose path is also a directory
-    is spelled with the ``%_`` suffix, and a ``listener`` hears when that changes.
+    It also keeps what the spelling of a path depends on besides the path (docs/mirror.md, "Path
+    spelling"): for every folder, the files below it (a file whose path is also a folder is spelled
+    with the ``%_`` suffix), and for every folder the names of its entries by their fold (a name
+    that folds like a sibling's is spelled folded). A ``listener`` hears of every file whose
+    spelling changes as paths come and go.
     """
 
     def __init__(self, by_path: dict[str, str] | None = None) -> None:
         self._by_path: dict[str, str] = {}
         self._by_memory: dict[str, str] = {}
         self._dirs: dict[str, int] = {}
+        # (folder, fold of a name) → {name: files at or below folder/name}
+        self._names: dict[tuple[str, str], dict[str, int]] = {}
+        self._collisions = 0  # groups of _names with more than one name
+        self._novel: set[str] = set()  # files spelled by a rule of Memsync-Format 2
         self.listener: TreeChanges | None = None
         for path, memory_id in (by_path or {}).items():
             self.add(path, memory_id)
@@ -109,6 +124,9 @@ class PathMap:
         clone._by_path = dict(self._by_path)
         clone._by_memory = dict(self._by_memory)
         clone._dirs = dict(self._dirs)
+        clone._names = {key: dict(names) for key, names in self._names.items()}
+        clone._collisions = self._collisions
+        clone._novel = set(self._novel)
         return clone
 
     def __len__(self) -> int:
@@ -131,34 +149,129 @@ class PathMap:
     def is_directory(self, path: str) -> bool:
         return self._dirs.get(path, 0) > 0
 
+    @property
+    def novel(self) -> bool:
+        """Whether a file of the tree is spelled by a rule Memsync-Format 1 did not have."""
+        return bool(self._novel)
+
+    def spelling(self, path: str) -> str:
+        """The tree path of the file at memory path ``path`` in this tree."""
+        return _tree_path(path, self.is_directory(path), self._folded(path))
+
+    def prospective_spelling(self, path: str) -> str:
+        """The tree path ``path`` would have once added (its siblings as they are now)."""
+        return _tree_path(path, self.is_directory(path), self._folded(path, adding=True))
+
     def add(self, path: str, memory_id: str) -> None:
+        before = self._spellings(self._respelled_by(path, adding=True))
         for prefix in directory_prefixes(path):
-            count = self._dirs.get(prefix, 0)
-            self._dirs[prefix] = count + 1
-            if count == 0 and prefix in self._by_path and self.listener is not None:
-                self.listener.file_relocated(prefix, True)
+            self._dirs[prefix] = self._dirs.get(prefix, 0) + 1
+        for entry in _entries(path):
+            self._count(entry, 1)
         self._by_path[path] = memory_id
         self._by_memory[memory_id] = path
+        self._note_novel(path)
+        self._announce(before)
 
     def remove(self, path: str) -> None:
+        before = self._spellings(self._respelled_by(path, adding=False) - {path})
         memory_id = self._by_path.pop(path)
         del self._by_memory[memory_id]
         if self.listener is not None:
-            self.listener.file_removed(path, self.is_directory(path))
+            self.listener.file_removed(_tree_path(path, self.is_directory(path), self._folded(path)))
+        self._novel.discard(path)
         for prefix in directory_prefixes(path):
             count = self._dirs[prefix] - 1
             if count:
                 self._dirs[prefix] = count
             else:
                 del self._dirs[prefix]
-                if prefix in self._by_path and self.listener is not None:
-                    self.listener.file_relocated(prefix, False)
+        for entry in _entries(path):
+            self._count(entry, -1)
+        self._announce(before)
 
     def reassign(self, path: str, memory_id: str) -> None:
         previous = self._by_path[path]
         del self._by_memory[previous]
         self._by_path[path] = memory_id
         self._by_memory[memory_id] = path
+
+    # --- what a spelling depends on ---------------------------------------------------------
+
+    def _folded(self, path: str, *, adding: bool = False) -> tuple[int, ...]:
+        """Rule 5: the indexes of ``path``'s segments spelled folded (a sibling folds like them)."""
+        if not self._collisions and not adding:
+            return ()
+        segments = path.split("/")
+        indexes = []
+        for index, name in enumerate(segments):
+            folded = fold(name)
+            if name == folded:
+                continue
+            names = self._names.get(("/".join(segments[:index]), folded), {})
+            if len(names) + (adding and name not in names) > 1:
+                indexes.append(index)
+        return tuple(indexes)
+
+    def _count(self, entry: str, delta: int) -> None:
+        parent, _, name = entry.rpartition("/")
+        key = (parent, fold(name))
+        names = self._names.setdefault(key, {})
+        before = len(names)
+        uses = names.get(name, 0) + delta
+        if uses:
+            names[name] = uses
+        else:
+            del names[name]
+        after = len(names)
+        if not after:
+            del self._names[key]
+        self._collisions += (after > 1) - (before > 1)
+
+    def _respelled_by(self, path: str, *, adding: bool) -> set[str]:
+        """The files whose spelling may change when ``path`` is added or removed: a file that
+        becomes a folder too or stops being one (``%_``), and the files at or below an entry whose
+        name stops or starts folding like a sibling's."""
+        affected = {
+            prefix
+            for prefix in directory_prefixes(path)
+            if self._dirs.get(prefix, 0) == (0 if adding else 1) and prefix in self._by_path
+        }
+        for entry in _entries(path):
+            parent, _, name = entry.rpartition("/")
+            names = self._names.get((parent, fold(name)))
+            if not names:
+                continue
+            uses = names.get(name, 0)
+            if (adding and uses == 0 and len(names) == 1) or (not adding and uses == 1 and len(names) == 2):
+                for other in names:
+                    if other != name and other != fold(other):
+                        below = f"{parent}/{other}" if parent else other
+                        affected.update(p for p in self._by_path if p == below or p.startswith(below + "/"))
+        return affected
+
+    def _spellings(self, paths: Iterable[str]) -> dict[str, str]:
+        return {path: self.spelling(path) for path in paths}
+
+    def _announce(self, before: Mapping[str, str]) -> None:
+        for path, old in before.items():
+            self._note_novel(path)
+            new = self.spelling(path)
+            if new != old and self.listener is not None:
+                self.listener.file_moved(old, new)
+
+    def _note_novel(self, path: str) -> None:
+        suffixed = self.is_directory(path)
+        folded = self._folded(path)
+        if folded or _tree_path(path, suffixed, ()) != _tree_path(path, suffixed, (), Spelling.FORMAT1):
+            self._novel.add(path)
+        else:
+            self._novel.discard(path)
+
+
+def _entries(path: str) -> list[str]:
+    """The folders that contain ``path``, and ``path``: each an entry of its parent folder."""
+    return [*directory_prefixes(path), path]
 
 
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
@@ -197,25 +310,28 @@ def replay(store: GitStore, paths: PathMap, until: str, since: str | None) -> No
 
 
 @functools.lru_cache(maxsize=1024)
-def _tree_path(path: str, suffixed: bool) -> str:
+def _tree_path(
+    path: str, suffixed: bool, folded: tuple[int, ...] = (), spelling: Spelling = Spelling.PLAIN
+) -> str:
     # Most versions touch a memory written shortly before: a bounded cache keeps encode_path off the
     # hot path without a dictionary that grows with the store.
-    return encode_path(path, directory_sibling=suffixed)
+    return encode_path(path, directory_sibling=suffixed, folded=folded, spelling=spelling)
 
 
 class TreeChanges(list[Change]):
     """The file changes of the commit being built. As a :class:`PathMap`'s listener it keeps the
-    tree's spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
+    tree's spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes, ``A`` ↔ ``%41``
+    as ``a`` does)."""
 
-    def file_removed(self, path: str, suffixed: bool) -> None:
-        self.append(Remove(_tree_path(path, suffixed)))
+    def file_removed(self, tree_path: str) -> None:
+        self.append(Remove(tree_path))
 
-    def file_relocated(self, path: str, suffixed: bool) -> None:
-        self.append(Move(_tree_path(path, not suffixed), _tree_path(path, suffixed)))
+    def file_moved(self, old: str, new: str) -> None:
+        self.append(Move(old, new))
 
     def put(self, paths: PathMap, path: str, blob: str) -> None:
         """Write ``blob`` at memory path ``path``, spelled as the map has it now."""
-        self.append(Put(_tree_path(path, paths.is_directory(path)), blob))
+        self.append(Put(paths.spelling(path), blob))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -337,7 +453,14 @@ class HistoryWriter:
             written = record.path if record.path is not None else known
             if written is None:
                 raise self._refuse(record, "it has content but no path, and the memory has no file yet")
-            _tree_path(written, False)  # refuse an unencodable path before changing anything
+            # Refuse an unencodable path, or one too long to check out, before changing anything.
+            spelled = self._paths.prospective_spelling(written)
+            if len(spelled.encode("utf-8")) > MAX_TREE_PATH_BYTES:
+                raise self._refuse(
+                    record,
+                    f"its path is spelled {escape_for_terminal(spelled[:80])}... in the checkout, over"
+                    f" the {MAX_TREE_PATH_BYTES} bytes macOS and Windows accept; rename the memory",
+                )
             moved_from = known if known is not None and known != written else None
             apply_change(self._paths, record.memory_id, record.operation, written)
             self._changes.put(self._paths, written, blob)
@@ -352,6 +475,7 @@ class HistoryWriter:
             skipped=record.skip_reason if record.skipped else None,
             inferred=record.inferred,
             history_truncated=record.history_truncated,
+            format=2 if self._paths.novel else 1,
         )
         message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
         mark = stream.commit(

@@ -42,14 +42,19 @@ backslash escapes, for error messages and command output.
 
 from __future__ import annotations
 
+import enum
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 
 from memsync.mirror.errors import PathEncodingError
+from memsync.mirror.folding import fold
 
 MAX_MEMORY_PATH_BYTES = 1024
 NAME_MAX = 255
+# The longest working-tree path memsync writes: macOS refuses longer ones (PATH_MAX, 1,024 bytes), and
+# git for Windows checks them out with core.longpaths (which mirrors set).
+MAX_TREE_PATH_BYTES = 1024
 _PIECE_MAX = NAME_MAX - 2  # room for a two-byte marker (%+ or %_)
 CONTINUATION = "%+"
 FILE_SUFFIX = "%_"
@@ -60,12 +65,33 @@ HFS_IGNORABLE = frozenset(
     "\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206a\u206b\u206c\u206d\u206e\u206f\ufeff"
 )
 
-# Characters escaped wherever they appear: the escape character itself, backslash, and controls.
-_ALWAYS_ESCAPED = re.compile(r"[%\\\x00-\x1f\x7f-\x9f]")
+
+class Spelling(enum.Enum):
+    """How one segment is spelled. PLAIN is the rule for every name; FOLDED is rule 5's for a name
+    that folds like a sibling's; FORMAT1 is PLAIN without rule 6, as mirrors of Memsync-Format 1
+    spelled names: still read, never written."""
+
+    PLAIN = "plain"
+    FOLDED = "folded"
+    FORMAT1 = "format1"
+
+
+# Rule 1: escaped wherever they appear: the escape character itself, backslash, and controls; and,
+# rule 6, the characters Windows refuses in a name.
+_ESCAPED_FORMAT1 = re.compile(r"[%\\\x00-\x1f\x7f-\x9f]")
+_ESCAPED = re.compile(r'[%\\\x00-\x1f\x7f-\x9f<>:"|?*]')
+# Rule 5: a folded spelling keeps only characters every fold leaves as they are.
+_KEPT_FOLDED = re.compile(r"[ !#$&'()+,\-./0-9;=@\[\]^_`a-z{}~]")
+_ALWAYS_ESCAPED = {Spelling.PLAIN: _ESCAPED, Spelling.FORMAT1: _ESCAPED_FORMAT1}
 # NTFS 8.3 short names a special name can have: the first 6 letters (git~1, gitmod~1, mailma~1,
 # lfscon~1) or 2 letters and a 4-digit hash (gi7eba~1, maba30~1). Other names with ~N are left alone.
 _NTFS_SHORT_NAME = re.compile(r"(?:gi|ma|lf)[^~]{0,4}~[0-9]")
 _SPECIAL_PREFIXES = (".git", ".mailmap", ".lfsconfig")
+# Rule 6: names Windows keeps for devices, whatever their extension (CON, con.md, lpt1.tar.gz).
+_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL"]
+    + [f"{port}{n}" for port in ("COM", "LPT") for n in [*"123456789", "\u00b9", "\u00b2", "\u00b3"]]
+)
 # Pieces of a tree component: an escape, a reserved marker, a stray '%', or a run of literals.
 _COMPONENT_TOKEN = re.compile(r"%[0-9A-F]{2}|%\+|%_|%|[^%]+")
 
@@ -92,42 +118,73 @@ def _is_special(piece: str, start: int = 0, end: int | None = None) -> bool:
     return folded.startswith(_SPECIAL_PREFIXES) or _NTFS_SHORT_NAME.match(folded) is not None
 
 
-def _escape_piece(piece: str) -> str:
-    body = _ALWAYS_ESCAPED.sub(lambda m: _pct(m.group()), piece)
-    if _is_special(piece) and not body.startswith("%"):
-        body = _pct(piece[0]) + _ALWAYS_ESCAPED.sub(lambda m: _pct(m.group()), piece[1:])
-    return body
+def _is_device(piece: str) -> bool:
+    """Is ``piece`` a name Windows keeps for a device (rule 6), with or without an extension?"""
+    return piece.split(".", 1)[0].rstrip(" ").upper() in _DEVICES
 
 
-def _encode_segment(segment: str, last_limit: int) -> list[str]:
+def _escaped(ch: str, spelling: Spelling) -> bool:
+    if spelling is Spelling.FOLDED:
+        return _KEPT_FOLDED.match(ch) is None
+    return _ALWAYS_ESCAPED[spelling].match(ch) is not None
+
+
+def _first_escaped(piece: str, start: int, end: int, spelling: Spelling) -> bool:
+    """Rules 2 and 6: does the piece ``piece[start:end]`` get its first character escaped?"""
+    if _is_special(piece, start, end):
+        return True
+    return spelling is not Spelling.FORMAT1 and _is_device(piece[start:end])
+
+
+def _last_escaped(piece: str, end: int, final: bool, spelling: Spelling) -> bool:
+    """Rule 6: a name's last character, a dot or a space, is escaped (Windows drops it)."""
+    return final and spelling is not Spelling.FORMAT1 and piece[end - 1] in ". "
+
+
+def _escape_piece(segment: str, start: int, end: int, final: bool, spelling: Spelling) -> str:
+    out = []
+    for index in range(start, end):
+        ch = segment[index]
+        if (
+            _escaped(ch, spelling)
+            or (index == start and _first_escaped(segment, start, end, spelling))
+            or (index == end - 1 and _last_escaped(segment, end, final, spelling))
+        ):
+            out.append(_pct(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _encode_segment(segment: str, last_limit: int, spelling: Spelling = Spelling.PLAIN) -> list[str]:
     """The tree components of one memory segment; the last one at most ``last_limit`` bytes."""
-    whole = _escape_piece(segment)
+    whole = _escape_piece(segment, 0, len(segment), True, spelling)
     if len(whole.encode("utf-8")) <= last_limit:
         return [whole]
-    # Bytes each character takes once escaped by rule 1; a special piece's first character takes
-    # its %-escape instead (rule 2), which only ever makes a piece longer as it grows.
-    sizes = [
-        3 * len(ch.encode("utf-8")) if _ALWAYS_ESCAPED.match(ch) else len(ch.encode("utf-8"))
-        for ch in segment
-    ]
+    # Bytes each character takes once escaped by its own rule; a piece's first character (rules 2
+    # and 6) and a final piece's last (rule 6) may take their %-escape instead, which only ever
+    # makes a piece longer as it grows.
+    sizes = [len(ch.encode("utf-8")) * (3 if _escaped(ch, spelling) else 1) for ch in segment]
 
-    def length(start: int, end: int, total: int) -> int:
-        first = segment[start]
-        if not _ALWAYS_ESCAPED.match(first) and _is_special(segment, start, end):
-            return total + 2 * sizes[start]
-        return total
+    def length(start: int, end: int, total: int, final: bool) -> int:
+        forced = set()
+        if _first_escaped(segment, start, end, spelling):
+            forced.add(start)
+        if _last_escaped(segment, end, final, spelling):
+            forced.add(end - 1)
+        return total + sum(2 * sizes[i] for i in forced if not _escaped(segment[i], spelling))
 
     components: list[str] = []
     start = 0
     while True:
-        if length(start, len(segment), sum(sizes[start:])) <= last_limit:
-            components.append(_escape_piece(segment[start:]))
+        if length(start, len(segment), sum(sizes[start:]), True) <= last_limit:
+            components.append(_escape_piece(segment, start, len(segment), True, spelling))
             return components
         end, total = start + 1, sizes[start]
-        while end < len(segment) and length(start, end + 1, total + sizes[end]) <= _PIECE_MAX:
+        while end < len(segment) and length(start, end + 1, total + sizes[end], False) <= _PIECE_MAX:
             total += sizes[end]
             end += 1
-        components.append(_escape_piece(segment[start:end]) + CONTINUATION)
+        components.append(_escape_piece(segment, start, end, False, spelling) + CONTINUATION)
         start = end
 
 
@@ -169,23 +226,36 @@ def _memory_path_problem(memory_path: str) -> tuple[str, str] | None:
     return None
 
 
-def encode_path(memory_path: str, *, directory_sibling: bool = False) -> str:
+def encode_path(
+    memory_path: str,
+    *,
+    directory_sibling: bool = False,
+    folded: Iterable[int] = (),
+    spelling: Spelling = Spelling.PLAIN,
+) -> str:
     """The working-tree path of the memory file at ``memory_path``.
 
     ``directory_sibling`` says that ``memory_path`` is also a directory in the same tree (another
-    memory lives below it); the file then carries the reserved suffix ``%_``. Use
-    :func:`encode_paths` to decide it for a set of paths. Raises :class:`PathEncodingError` for a
+    memory lives below it); the file then carries the reserved suffix ``%_``. ``folded`` are the
+    indexes of the segments that fold like a sibling's and are not their own fold (rule 5). Use
+    :func:`encode_paths` to decide both for a set of paths. Raises :class:`PathEncodingError` for a
     path no dialect accepts (empty, absolute, ``..``, NUL, over 1,024 bytes).
     """
     segments = check_memory_path(memory_path).split("/")
+    folded = frozenset(folded)
+
+    def spelled(index: int) -> Spelling:
+        return Spelling.FOLDED if index in folded else spelling
+
     components: list[str] = []
-    for segment in segments[:-1]:
-        components.extend(_encode_segment(segment, NAME_MAX))
+    for index, segment in enumerate(segments[:-1]):
+        components.extend(_encode_segment(segment, NAME_MAX, spelled(index)))
+    last_index = len(segments) - 1
     if directory_sibling:
-        last = _encode_segment(segments[-1], _PIECE_MAX)
+        last = _encode_segment(segments[-1], _PIECE_MAX, spelled(last_index))
         last[-1] += FILE_SUFFIX
     else:
-        last = _encode_segment(segments[-1], NAME_MAX)
+        last = _encode_segment(segments[-1], NAME_MAX, spelled(last_index))
     components.extend(last)
     return "/".join(components)
 
@@ -196,14 +266,65 @@ def directory_prefixes(memory_path: str) -> list[str]:
     return ["/".join(segments[:i]) for i in range(1, len(segments))]
 
 
+def _parent_and_name(entry: str) -> tuple[str, str]:
+    parent, _, name = entry.rpartition("/")
+    return parent, name
+
+
+def folded_segments(memory_paths: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Rule 5 for a set of paths: ``{memory_path: indexes of its segments spelled folded}``, for the
+    paths that have any. A segment is spelled folded when another entry of its folder (a file or a
+    folder) has a different name with the same :func:`~memsync.mirror.folding.fold`, and the segment
+    is not its own fold."""
+    paths = list(memory_paths)
+    groups: dict[tuple[str, str], set[str]] = {}
+    entries = {prefix for path in paths for prefix in directory_prefixes(path)} | set(paths)
+    for entry in entries:
+        parent, name = _parent_and_name(entry)
+        groups.setdefault((parent, fold(name)), set()).add(name)
+    colliding = {key for key, names in groups.items() if len(names) > 1}
+    if not colliding:
+        return {}
+    result: dict[str, tuple[int, ...]] = {}
+    for path in paths:
+        segments = path.split("/")
+        indexes = []
+        for index, name in enumerate(segments):
+            folded_name = fold(name)
+            if name != folded_name and ("/".join(segments[:index]), folded_name) in colliding:
+                indexes.append(index)
+        if indexes:
+            result[path] = tuple(indexes)
+    return result
+
+
 def encode_paths(memory_paths: Iterable[str]) -> dict[str, str]:
     """The working-tree path of every memory path in a tree: ``{memory_path: tree_path}``.
 
-    A file that is also a directory of another path in the set gets the ``%_`` suffix.
+    A file that is also a directory of another path in the set gets the ``%_`` suffix (rule 3); a
+    segment that folds like a sibling's is spelled folded (rule 5).
     """
     paths = list(memory_paths)
     directories = {prefix for path in paths for prefix in directory_prefixes(path)}
-    return {path: encode_path(path, directory_sibling=path in directories) for path in paths}
+    folded = folded_segments(paths)
+    return {
+        path: encode_path(path, directory_sibling=path in directories, folded=folded.get(path, ()))
+        for path in paths
+    }
+
+
+def segment_spellings(segment: str, *, last: bool) -> list[tuple[str, ...]]:
+    """Every way a tree may spell one memory segment (its components), the usual one first: as
+    rule 5 may or may not fold it, as Memsync-Format 1 did, and, for a file (``last``), with and
+    without the ``%_`` suffix. For finding a memory's file on disk whatever its siblings are."""
+    options: list[tuple[str, ...]] = []
+    for spelling in (Spelling.PLAIN, Spelling.FOLDED, Spelling.FORMAT1):
+        options.append(tuple(_encode_segment(segment, NAME_MAX, spelling)))
+        if last:
+            suffixed = _encode_segment(segment, _PIECE_MAX, spelling)
+            suffixed[-1] += FILE_SUFFIX
+            options.append(tuple(suffixed))
+    return list(dict.fromkeys(options))
 
 
 def _decode_component(component: str, tree_path: str) -> tuple[str, str | None]:
@@ -230,18 +351,19 @@ def _decode_component(component: str, tree_path: str) -> tuple[str, str | None]:
         raise _not_canonical(tree_path, "its %-escapes are not UTF-8") from None
 
 
-def decode_path(tree_path: str) -> str:
-    """The memory path stored at working-tree path ``tree_path``; strict.
+def read_spelling(tree_path: str) -> tuple[str, tuple[Spelling, ...], bool]:
+    """The memory path at ``tree_path``, how each of its segments is spelled, and whether it has
+    the ``%_`` suffix; strict: :class:`PathEncodingError` for anything no rule spells this way.
 
-    Refuses (with :class:`PathEncodingError` naming the path and, when it can, the spelling that
-    would be accepted) any path that :func:`encode_path` would not produce: a stray ``%``,
-    lower-case or needless escapes, a special name left unescaped, a misplaced marker.
+    A segment spelled folded is read whether or not a sibling folds like it (the set decides that,
+    :func:`encode_paths`); so is a Memsync-Format 1 spelling of a name rule 6 now escapes.
     """
     if not isinstance(tree_path, str) or tree_path == "":
         raise _not_canonical(str(tree_path), "it is empty")
     components = tree_path.split("/")
-    segments: list[str] = []
-    pending = ""
+    segments: list[tuple[str, list[str]]] = []
+    pending_text = ""
+    pending_components: list[str] = []
     has_suffix = False
     for index, component in enumerate(components):
         text, marker = _decode_component(component, tree_path)
@@ -249,24 +371,42 @@ def decode_path(tree_path: str) -> str:
         if marker == CONTINUATION:
             if last:
                 raise _not_canonical(tree_path, "it ends with the continuation marker %+")
-            pending += text
+            pending_text += text
+            pending_components.append(component)
             continue
         if marker == FILE_SUFFIX:
             if not last:
                 raise _not_canonical(tree_path, "the file marker %_ may only end the file name")
             has_suffix = True
-        segments.append(pending + text)
-        pending = ""
-    memory_path = "/".join(segments)
+            component = component[: -len(FILE_SUFFIX)]
+        segments.append((pending_text + text, [*pending_components, component]))
+        pending_text, pending_components = "", []
+    memory_path = "/".join(text for text, _ in segments)
     try:
-        canonical = encode_path(memory_path, directory_sibling=has_suffix)
+        check_memory_path(memory_path)
     except PathEncodingError as exc:
         raise _not_canonical(tree_path, f"it decodes to an invalid memory path ({exc.reason})") from None
-    if canonical != tree_path:
-        raise _not_canonical(
-            tree_path, f"memsync spells this memory path {escape_for_terminal(canonical)}", canonical
-        )
-    return memory_path
+    spellings: list[Spelling] = []
+    for index, (text, spelled) in enumerate(segments):
+        limit = _PIECE_MAX if has_suffix and index == len(segments) - 1 else NAME_MAX
+        found = next((s for s in Spelling if _encode_segment(text, limit, s) == spelled), None)
+        if found is None:
+            canonical = encode_path(memory_path, directory_sibling=has_suffix)
+            raise _not_canonical(
+                tree_path, f"memsync spells this memory path {escape_for_terminal(canonical)}", canonical
+            )
+        spellings.append(found)
+    return memory_path, tuple(spellings), has_suffix
+
+
+def decode_path(tree_path: str) -> str:
+    """The memory path stored at working-tree path ``tree_path``; strict.
+
+    Refuses (with :class:`PathEncodingError` naming the path and, when it can, the spelling that
+    would be accepted) any path that no spelling rule produces: a stray ``%``, lower-case or needless
+    escapes, a special name left unescaped, a misplaced marker.
+    """
+    return read_spelling(tree_path)[0]
 
 
 def decode_paths(tree_paths: Iterable[str]) -> dict[str, str]:
@@ -431,14 +571,12 @@ def escape_for_terminal(path: str) -> str:
 
 
 def tree_layout_problems(tree_paths: Mapping[str, str]) -> list[str]:
-    """Tree paths of ``{tree_path: memory_path}`` whose ``%_`` suffix disagrees with the tree.
+    """Tree paths of ``{tree_path: memory_path}`` that the tree's set of paths spells otherwise.
 
-    A file carries ``%_`` exactly when its memory path is also a directory; a hand-made rename can
-    break that. Reported, not fatal: the mapping stays lossless either way.
+    A file carries ``%_`` exactly when its memory path is also a directory, and a segment is spelled
+    folded exactly when a sibling folds like it; a hand-made rename, or a file the user added beside
+    one whose name folds like it, can break that. Reported, not fatal: the mapping stays lossless
+    either way, and the next checkout of the tree spells them as the rules say.
     """
-    directories = {prefix for path in tree_paths.values() for prefix in directory_prefixes(path)}
-    return [
-        tree_path
-        for tree_path, memory_path in tree_paths.items()
-        if tree_path.endswith(FILE_SUFFIX) != (memory_path in directories)
-    ]
+    target = encode_paths(tree_paths.values())
+    return [tree_path for tree_path, memory_path in tree_paths.items() if target[memory_path] != tree_path]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.crashpoints import crash_point
-from memsync.errors import EnvironmentProblem, MirrorError
+from memsync.errors import MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
@@ -103,26 +103,12 @@ class ImportedVersion:
     skipped: str | None
     inferred: str | None = None  # a delete memsync inferred: no API version stands behind it
     history_truncated: int | None = None
+    format: int = 1  # Memsync-Format: 2 when the tree spells a path by a rule format 1 lacked
 
     @classmethod
     def from_trailers(cls, commit: str, trailers: Trailers) -> ImportedVersion:
         # Every trailer has a field of the same name here.
         return cls(commit, **{field.name: getattr(trailers, field.name) for field in fields(trailers)})
-
-
-def _probe_case_sensitivity(directory: Path) -> None:
-    probe = directory / f".memsync-case-probe-{secrets.token_hex(4)}"
-    probe.write_bytes(b"")
-    try:
-        insensitive = (directory / probe.name.upper()).exists()
-    finally:
-        probe.unlink()
-    if insensitive:
-        raise EnvironmentProblem(
-            f"{directory} is on a case-insensitive filesystem; memory paths are case-sensitive "
-            "(notes/A.md and notes/a.md are two memories): put the mirrors on a case-sensitive "
-            "filesystem (ext4, btrfs, xfs, or a case-sensitive APFS volume)"
-        )
 
 
 class Mirror(GitStore):
@@ -148,7 +134,6 @@ class Mirror(GitStore):
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise MirrorError(f"cannot create a mirror at {root}: it exists and is not an empty directory")
         root.mkdir(parents=True, exist_ok=True)
-        _probe_case_sensitivity(root)
         # Made whole beside it, then renamed into place: a kill part way leaves no repository at
         # ``path`` that is not yet a mirror (the next run would refuse it for good), only a hidden
         # temporary that the next creation of this mirror removes.
@@ -222,7 +207,6 @@ class Mirror(GitStore):
             if fingerprint is not None and stamp.read_text(encoding="ascii") == fingerprint:
                 return
         self.state_dir.mkdir(exist_ok=True)
-        _probe_case_sensitivity(self.state_dir)
         upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
         wrote = self.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         # Taken before the check, the fingerprint is only noted when the check changed nothing: an

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from memsync.mirror.paths import decode_path, directory_prefixes, encode_path
+from memsync.mirror.paths import decode_path, directory_prefixes, encode_path, folded_segments
 
 _CACHE_SIZE = 1 << 16
 
@@ -24,13 +24,15 @@ def decoded(tree_path: str) -> str:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def encoded(memory_path: str, directory_sibling: bool = False) -> str:
+def encoded(memory_path: str, directory_sibling: bool = False, folded: tuple[int, ...] = ()) -> str:
     """:func:`~memsync.mirror.paths.encode_path`, cached."""
-    return encode_path(memory_path, directory_sibling=directory_sibling)
+    return encode_path(memory_path, directory_sibling=directory_sibling, folded=folded)
 
 
 def spell_all(memory_paths: Iterable[str]) -> dict[str, str]:
-    """:func:`~memsync.mirror.paths.encode_paths` (the ``%_`` suffix decided for the whole set), cached."""
+    """:func:`~memsync.mirror.paths.encode_paths` (the ``%_`` suffix and folded segments decided for
+    the whole set), cached."""
     paths = list(memory_paths)
     directories = {prefix for path in paths for prefix in directory_prefixes(path)}
-    return {path: encoded(path, path in directories) for path in paths}
+    folded = folded_segments(paths)
+    return {path: encoded(path, path in directories, folded.get(path, ())) for path in paths}

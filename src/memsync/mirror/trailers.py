@@ -26,7 +26,8 @@ memsync inferred it from the memory listing, and ``Memory-Version`` is then ``in
 found that many memories whose listed history begins after their creation: versions before it expired.
 Mirrors that need neither trailer keep their commit ids. Paths are C-quoted when they need it (see
 :func:`quote_for_message`), so no path can add a line. Reading takes only the last paragraph and
-refuses unknown names, repeats, malformed values and any ``Memsync-Format`` but 1.
+refuses unknown names, repeats, malformed values and any ``Memsync-Format`` but 1 and 2 (2: the tree
+spells a path by a rule format 1 did not have; see ``FORMAT`` below).
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ from typing import Literal
 from memsync.mirror.errors import FormatError, PathEncodingError
 from memsync.mirror.paths import check_memory_path, quote_for_message, unquote_from_message
 
+# Format 2 is format 1 for a tree that spells a path by the rules added for case-insensitive and
+# Windows filesystems (docs/mirror.md, "Path spelling"); a tree without such paths stays format 1, so
+# its commit ids did not change. A memsync that reads format 1 only refuses format 2 commits, which
+# it would misread.
 FORMAT = 1
+FORMATS = (1, 2)
 Operation = Literal["created", "updated", "deleted"]
 OPERATIONS: tuple[Operation, ...] = ("created", "updated", "deleted")
 
@@ -68,6 +74,7 @@ _COUNT_PATTERN = re.compile(r"[1-9][0-9]{0,9}")
 # The prefix of the Memory-Version of an inferred delete: no API's version id has a colon.
 INFERRED_PREFIX = "inferred:"
 _FORMAT_LINE = f"Memsync-Format: {FORMAT}"
+_FORMAT_NAMES = tuple(str(number) for number in FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,7 @@ class Trailers:
     skipped: str | None = None
     inferred: str | None = None
     history_truncated: int | None = None
+    format: int = FORMAT
 
 
 def inferred_version_id(memory_id: str) -> str:
@@ -138,7 +146,7 @@ def format_trailers(trailers: Trailers) -> str:
         lines.append(f"Memsync-Inferred: {trailers.inferred}")
     if trailers.history_truncated is not None:
         lines.append(f"History-Truncated: {trailers.history_truncated}")
-    lines.append(_FORMAT_LINE)
+    lines.append(_FORMAT_LINE if trailers.format == FORMAT else f"Memsync-Format: {trailers.format}")
     return "\n".join(lines)
 
 
@@ -165,10 +173,11 @@ def parse_message(message: str, commit: str = "") -> Trailers:
             raise FormatError(f"{where} repeats the trailer {name}")
         found[name] = value
     missing = REQUIRED - found.keys()
-    if "Memsync-Format" in found and found["Memsync-Format"] != str(FORMAT):
+    if "Memsync-Format" in found and found["Memsync-Format"] not in _FORMAT_NAMES:
         raise FormatError(
-            f"{where} is in Memsync-Format {found['Memsync-Format'][:20]!r}; this memsync reads format "
-            f"{FORMAT} only: upgrade memsync (commit ids of a format change are never mixed silently)"
+            f"{where} is in Memsync-Format {found['Memsync-Format'][:20]!r}; this memsync reads formats "
+            f"{', '.join(_FORMAT_NAMES)} only: upgrade memsync (commit ids of a format change are never"
+            " mixed silently)"
         )
     if missing:
         raise FormatError(f"{where} lacks the trailers {', '.join(sorted(missing))}; not written by memsync")
@@ -223,4 +232,5 @@ def _validated(found: dict[str, str]) -> Trailers:
         skipped=skipped,
         inferred=inferred,
         history_truncated=int(truncated) if truncated is not None else None,
+        format=int(found["Memsync-Format"]),
     )

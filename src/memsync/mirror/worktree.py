@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
 from memsync.mirror.gitstore import TEMPORARY_PREFIX, replace_file
 from memsync.mirror.ignores import is_ignore_file, is_ignored
-from memsync.mirror.paths import escape_for_terminal
+from memsync.mirror.paths import check_memory_path, escape_for_terminal, segment_spellings
 from memsync.mirror.spellings import decoded, encoded, spell_all
 from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 
@@ -310,15 +311,56 @@ def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
 
 
 def locate(mirror: Mirror, memory_path: str) -> str | None:
-    """The tree path of the memory's file in the checkout now (either spelling), or None."""
-    spellings = (encoded(memory_path), encoded(memory_path, True))
-    found = [p for p in spellings if os.path.lexists(mirror.path / p) and not _is_folder(mirror.path / p)]
+    """The tree path of the memory's file in the checkout now (any spelling), or None."""
+    root = mirror.path
+    exact = _case_insensitive(root)
+    segments = check_memory_path(memory_path).split("/")
+    # Folders first, one level at a time: a spelling whose folders are not there is not looked at.
+    prefixes = [""]
+    for segment in segments[:-1]:
+        prefixes = [
+            joined
+            for prefix in prefixes
+            for components in segment_spellings(segment, last=False)
+            if _is_folder(root / (joined := _joined(prefix, components))) and _named(root, joined, exact)
+        ]
+    found = [
+        joined
+        for prefix in prefixes
+        for components in segment_spellings(segments[-1], last=True)
+        if os.path.lexists(root / (joined := _joined(prefix, components)))
+        and not _is_folder(root / joined)
+        and _named(root, joined, exact)
+    ]
     if len(found) > 1:
         raise MirrorError(
             f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
             f" {escape_for_terminal(memory_path)}; keep one of them and run again"
         )
     return found[0] if found else None
+
+
+def _joined(prefix: str, components: tuple[str, ...]) -> str:
+    return "/".join((prefix, *components) if prefix else components)
+
+
+@functools.lru_cache(maxsize=64)
+def _case_insensitive(root: Path) -> bool:
+    """Whether the checkout's filesystem finds names regardless of case: ``.GIT`` is there. (No
+    memory is ever spelled ``.GIT``: rule 2 escapes it; so only the filesystem can answer yes.)"""
+    return os.path.lexists(root / ".GIT")
+
+
+def _named(root: Path, tree_path: str, exact: bool) -> bool:
+    """On a case-insensitive filesystem, ``tree_path`` exists by that very name (not another's that
+    folds like it); elsewhere existing is enough."""
+    if not exact:
+        return True
+    folder, _, name = tree_path.rpartition("/")
+    try:
+        return name in os.listdir(root / folder if folder else root)
+    except OSError:
+        return False
 
 
 def _is_folder(path: Path) -> bool:
