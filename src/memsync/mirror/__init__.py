@@ -53,6 +53,8 @@ from memsync.mirror.paths import (
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import (
     defer_rewrite,
+    respell_history,
+    respelling_due,
     rewrite_pending,
     rewrite_redacted,
     superseded_commits,
@@ -153,6 +155,8 @@ __all__ = [
     "read_worktree",
     "record_conflict",
     "reset_main",
+    "respell_history",
+    "respelling_due",
     "rewrite_pending",
     "rewrite_redacted",
     "scan_worktree",

@@ -24,7 +24,7 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
-from memsync.mirror.paths import decode_path, encode_path
+from memsync.mirror.paths import decode_path, segment_spellings
 
 # How many open packs a repository may hold before git merges them (see GitStore.repack), and the
 # size at which a pack is sealed: never rewritten again.
@@ -626,16 +626,29 @@ def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
 
 
 def blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
-    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there."""
-    # The file carries the %_ suffix exactly when a directory of the same name exists beside it.
-    for suffixed in (False, True):
-        try:
-            entry = tree[encode_path(memory_path, directory_sibling=suffixed)]
-        except KeyError:
-            continue
-        if isinstance(entry, pygit2.Blob):
-            return entry
+    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there (the ``%_``
+    suffix, a folded segment, or a spelling of Memsync-Format 1)."""
+    segments = memory_path.split("/")
+    folders = [tree]
+    for segment in segments[:-1]:
+        folders = [
+            found
+            for folder in folders
+            for components in segment_spellings(segment, last=False)
+            if isinstance(found := _entry(folder, components), pygit2.Tree)
+        ]
+    for folder in folders:
+        for components in segment_spellings(segments[-1], last=True):
+            if isinstance(found := _entry(folder, components), pygit2.Blob):
+                return found
     return None
+
+
+def _entry(tree: pygit2.Tree, components: tuple[str, ...]) -> pygit2.Object | None:
+    try:
+        return tree["/".join(components)]
+    except KeyError:
+        return None
 
 
 def _open(path: Path) -> pygit2.Repository:

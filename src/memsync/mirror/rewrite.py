@@ -46,7 +46,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import blob_at, replace_file
-from memsync.mirror.history import FACTS_FILE, HistoryWriter, VersionRecord, apply_trailers
+from memsync.mirror.history import FACTS_FILE, HistoryWriter, PathMap, VersionRecord, apply_trailers
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
 
@@ -59,6 +59,9 @@ WORK_REF = "refs/memsync-rewrite/memstore"
 STASH_REF = "refs/stash"
 SUPERSEDED_FILE = "superseded"
 PENDING_FILE = "rewrite-pending"
+# The spelling rules a mirror's history was last checked against (respell_history).
+SPELLING_NOTE = "spelling-rules"
+SPELLING_RULES = "2"
 # Caches that name commits of the old history; all are rebuilt from history when missing.
 CACHE_FILES = ("paths.json", "content-index", FACTS_FILE)
 # memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
@@ -97,6 +100,7 @@ class RewriteReport:
     remaining: tuple[str, ...] = ()
     pruned: bool = True
     warnings: tuple[str, ...] = ()
+    reason: str = "redaction"  # or "spelling": names respelled by today's path spelling rules
 
     def to_json(self) -> dict[str, Any]:
         # Lists where the fields hold tuples: the report reads as it would once loaded from JSON.
@@ -106,6 +110,14 @@ class RewriteReport:
 
     def summary(self) -> str:
         """One line for the user: what was rewritten and what stays."""
+        if self.reason == "spelling":
+            text = (
+                f"path spelling: rewrote {self.commits} commit(s) of memstore/main from"
+                f" {self.first_commit or '-'} so that names differing only in case or normalization,"
+                " and names Windows cannot hold, check out as distinct files everywhere (docs/mirror.md,"
+                " 'Path spelling'); their commit ids changed, and `memsync backup` updates the backups"
+            )
+            return text + (f"; moved {', '.join(self.refs)}" if self.refs else "")
         text = (
             f"redaction: rewrote {self.commits} commit(s) of memstore/main from {self.first_commit or '-'}"
             f" ({len(self.versions)} redacted version(s)); {len(self.removed)} redacted"
@@ -220,6 +232,63 @@ def rewrite_redacted(
         pending.save(pending_file)
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
         crash_point("rewrite.history_written")
+    return _carry_and_prune(mirror, history, start, mapping, old_tip, new_tip, pending, reason="redaction")
+
+
+def respelling_due(mirror: Mirror) -> bool:
+    """Whether the mirror's history was not yet checked against today's path spelling rules."""
+    try:
+        return (mirror.state_dir / SPELLING_NOTE).read_text(encoding="ascii").strip() != SPELLING_RULES
+    except FileNotFoundError:
+        return True
+
+
+def respell_history(mirror: Mirror) -> RewriteReport | None:
+    """Rewrite the history a memsync without spelling rules 5 and 6 wrote, if any of its trees needs
+    them (docs/mirror.md, "Path spelling"), exactly as a redaction is rewritten: the commits from the
+    first such tree on are derived again (with the commit ids a fresh import makes now), and ``main``,
+    the checkout, the stash and memsync's records follow. Returns None when nothing needed it (the
+    mirror is then noted as checked, and the history is not read again). The caller holds the
+    store's lock and owns the checkout.
+    """
+    if not respelling_due(mirror):
+        return None
+    history = _read_history(mirror)
+    paths = PathMap()
+    start = None
+    for index, old in enumerate(history):
+        apply_trailers(paths, old.trailers)
+        if paths.novel and old.trailers.format == 1:
+            start = index  # its tree was spelled by format 1's rules, and would not be now
+            break
+    report = None
+    if start is not None:
+        old_tip = mirror.tip()
+        parent = history[start - 1].id if start > 0 else None
+        new_tip, mapping = _derive(mirror, history[start:], parent, {}, {})
+        crash_point("rewrite.history_written")
+        report = _carry_and_prune(
+            mirror, history, start, mapping, old_tip, new_tip, _Pending(), reason="spelling"
+        )
+    replace_file(mirror.state_dir / SPELLING_NOTE, SPELLING_RULES.encode("ascii"))
+    return report
+
+
+def _carry_and_prune(
+    mirror: Mirror,
+    history: list[_OldCommit],
+    start: int,
+    mapping: dict[str, str],
+    old_tip: str | None,
+    new_tip: str | None,
+    pending: _Pending,
+    *,
+    reason: str,
+) -> RewriteReport:
+    """The rest of a rewrite once the new history is on :data:`WORK_REF`: everything else follows,
+    ``memstore/main`` moves, what nothing reaches is pruned, and what remains is checked."""
+    pending_file = mirror.state_dir / PENDING_FILE
+    parent = history[start - 1].id if start > 0 else None
     carried = _Carrier(mirror, mapping, parent)
     refs, kept, warnings = carried.carry_everything(pending)
     crash_point("rewrite.refs_carried")
@@ -234,7 +303,7 @@ def rewrite_redacted(
         assert new_tip is not None
         if new_tip != old_tip:
             mirror.set_ref_if_equals(
-                mirror.MEMSTORE_REF, new_tip, old_tip, message="memsync: history rewritten after a redaction"
+                mirror.MEMSTORE_REF, new_tip, old_tip, message=f"memsync: history rewritten ({reason})"
             )
         mirror.delete_ref_if_equals(WORK_REF, new_tip)
         crash_point("rewrite.tip_moved")
@@ -277,6 +346,7 @@ def rewrite_redacted(
         kept=tuple(kept),
         remaining=tuple(remaining),
         warnings=tuple(warnings),
+        reason=reason,
     )
 
 

@@ -81,6 +81,7 @@ from memsync.mirror import (
     inferred_version_id,
     metadata_follows,
     note_metadata_follows,
+    respell_history,
     rewrite_pending,
     rewrite_redacted,
 )
@@ -187,6 +188,13 @@ def pull_store(
         with contextlib.nullcontext() if locked else store_lock(root, store.id):
             mirror = open_mirror(root, store.id)
             first_import = mirror.tip() is None
+            if checkout:
+                # Before anything is imported on top of it: a new commit is spelled by today's rules.
+                respelled = respell_history(mirror)
+                if respelled is not None:
+                    report.rewrite = respelled.to_json()
+                    report.warnings.append(respelled.summary())
+                    report.warnings.extend(respelled.warnings)
             importer = _Importer(client, store, mirror, report, skip_versions, progress)
             importer.run(full_scan=full_scan)
             importer.snapshot_metadata()
