@@ -2,9 +2,10 @@
 
 **Tree spelling** (``encode_path`` / ``decode_path``). A memory path (canonical relative form,
 ``notes/a.md``) becomes a working-tree path that git stores, checks out and fsck-verifies without
-interpreting it. The encoding works segment by segment and is a bijection between memory paths and
-*canonical* tree paths; decoding is strict and refuses anything encoding would not produce, so a user
-file ``100%.md`` is reported (with the suggestion ``100%25.md``), never guessed at.
+interpreting it, on every filesystem. The encoding works segment by segment and is a bijection
+between memory paths and *canonical* tree paths; decoding is strict and refuses anything encoding
+would not produce, so a user file ``100%.md`` is reported (with the suggestion ``100%25.md``), never
+guessed at.
 
 1. ``%`` is always written ``%25``; so are ``\\`` (git treats it as a separator when protecting
    NTFS paths) and every control character (C0, DEL, C1): a file name never spans lines or moves
@@ -29,6 +30,21 @@ file ``100%.md`` is reported (with the suggestion ``100%25.md``), never guessed 
    ``%+`` and a ``/``: ``<253 bytes>%+/<rest>``. Each piece is escaped as a segment of its own (rule
    2 applies to each piece). Decoding joins the pieces again. Nothing is hashed or refused: every
    path the API accepts has a spelling, at most about 3,100 bytes long.
+
+5. Two or more entries of one folder (files or folders) whose names :func:`~memsync.mirror.folding.fold`
+   alike (``README.md`` and ``readme.md``, NFC ``é`` and NFD ``é``) would be one file on a case- or
+   normalization-insensitive filesystem. Each of them that is not its own fold is spelled *folded*:
+   every character but ASCII lower-case letters, digits and a few punctuation marks escaped
+   (``%52%45%41%44%4D%45.md``); the one that is its own fold keeps its plain spelling, so a newcomer
+   that folds like an existing lower-case name renames nothing. Like rule 3, it depends on the set
+   of paths (:func:`encode_paths`, :func:`folded_segments`).
+6. Names Windows cannot hold: ``<>:"|?*`` are escaped wherever they appear (as rule 1), a name's
+   last character when it is a dot or a space, and the first character of a device name (CON, PRN,
+   AUX, NUL, COM1-9, LPT1-9, with any extension).
+
+A tree spelled by rule 5 or 6 is written as Memsync-Format 2; mirrors written before those rules
+spelled such names as rules 1-4 do (:attr:`Spelling.FORMAT1`), which decoding still reads until the
+next pull respells them (:func:`memsync.mirror.rewrite.respell_history`).
 
 ``%+`` and ``%_`` cannot come from rule 1 (the characters after ``%`` are not hex digits), so no
 memory segment can forge them, and no tree path ending in either is ever both a file and a directory.
