@@ -1,0 +1,173 @@
+"""Mirrors on the filesystems laptops use, mounted for real: exFAT (exfat-fuse over a loop device:
+case-insensitive and case-preserving as APFS and NTFS are, and it refuses Windows' forbidden
+characters) and NTFS through ntfs-3g with ``windows_names`` (it refuses Windows' reserved names and
+characters). A store whose paths collide by case, by normalization and by Windows' rules pulls,
+edits, pushes and conflicts there with every memory a distinct file, and with the commit ids of the
+same store mirrored on the test's own filesystem.
+
+Needs root, /dev/fuse, losetup and the Debian packages exfat-fuse, exfatprogs and ntfs-3g (.ci/run
+installs them); without them each test skips and says which is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.api import Client, open_client
+from memsync.mirror import decode_path
+from memsync.rules import Dialect
+from tests.push.conftest import Side, git
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+# Each kind: the tools it needs, how to format an image, how to mount a device.
+FILESYSTEMS = {
+    "exfat": (
+        ("mkfs.exfat", "mount.exfat-fuse"),
+        ["mkfs.exfat", "{image}"],
+        ["mount.exfat-fuse", "{device}", "{mount}"],
+    ),
+    "ntfs-windows-names": (
+        ("mkntfs", "ntfs-3g"),
+        ["mkntfs", "-F", "-Q", "-q", "{image}"],
+        ["ntfs-3g", "-o", "windows_names", "{device}", "{mount}"],
+    ),
+}
+
+SEED = {
+    "notes/readme.md": "lower\n",
+    "notes/Readme.md": "title\n",
+    "notes/README.md": "upper\n",
+    "Docs/a.md": "folder, upper\n",
+    "docs/b.md": "folder, lower\n",
+    "caf\u00e9.md": "NFC\n",
+    "cafe\u0301.md": "NFD\n",
+    "stra\u00dfe.md": "sharp s\n",
+    "strasse.md": "double s\n",
+    "x": "a file\n",
+    "X/y.md": "a folder that folds like the file\n",
+    "a:b.md": "colon\n",
+    "what?.md": "question\n",
+    "con.md": "device\n",
+    "Aux": "device, no extension\n",
+    "dot.": "trailing dot\n",
+}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, check=False)
+
+
+def _why_not(tools: tuple[str, ...]) -> str | None:
+    if os.geteuid() != 0:
+        return "mounting a filesystem image needs root"
+    if not Path("/dev/fuse").exists():
+        return "/dev/fuse is missing: no FUSE here"
+    missing = [tool for tool in ("losetup", *tools) if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (Debian: exfat-fuse exfatprogs ntfs-3g)"
+    return None
+
+
+@pytest.fixture(scope="module", params=sorted(FILESYSTEMS))
+def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A freshly formatted filesystem of the kind, mounted over a loop device; unmounted after."""
+    tools, make, mount_command = FILESYSTEMS[request.param]
+    why = _why_not(tools)
+    if why is not None:
+        pytest.skip(f"{request.param}: {why}")
+    folder = tmp_path_factory.mktemp(request.param)
+    image, point = folder / "fs.img", folder / "mnt"
+    point.mkdir()
+    with open(image, "wb") as out:
+        out.truncate(256 << 20)
+    made = _run(*(part.format(image=image) for part in make))
+    if made.returncode != 0:
+        pytest.skip(f"{request.param}: formatting failed: {made.stderr.strip()}")
+    loop = _run("losetup", "-f", "--show", str(image))
+    if loop.returncode != 0:
+        pytest.skip(f"{request.param}: losetup failed: {loop.stderr.strip()}")
+    device = loop.stdout.strip()
+    try:
+        mounted = _run(*(part.format(device=device, mount=point) for part in mount_command))
+        if mounted.returncode != 0:
+            pytest.skip(f"{request.param}: mounting failed: {mounted.stderr.strip()}")
+        try:
+            yield point
+        finally:
+            _run("umount", str(point))
+    finally:
+        _run("losetup", "-d", device)
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[Client]:
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as opened:
+        yield opened
+
+
+def _seeded(client: Client, root: Path) -> Side:
+    store = client.create_store(f"laptop-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+    for path, content in SEED.items():
+        client.create_memory(store.id, path, content)
+    return Side(client, store, root)
+
+
+def _files(side: Side) -> dict[str, str]:
+    """``{memory path: content}`` of the checkout, read from disk under git's tree paths."""
+    tree_paths = git(side.repo, "ls-files", "-z").split("\0")
+    return {
+        decode_path(tree_path): (side.repo / tree_path).read_text(encoding="utf-8")
+        for tree_path in tree_paths
+        if tree_path
+    }
+
+
+def test_every_memory_is_a_distinct_file_with_the_commit_ids_of_ext4(
+    mount: Path, client: Client, tmp_path: Path
+) -> None:
+    side = _seeded(client, mount / f"mirrors-{uuid.uuid4().hex[:6]}")
+    side.synced()
+    assert _files(side) == SEED
+    side.assert_in_step()
+    # The same store mirrored on the test's own filesystem: the same commits.
+    elsewhere = Side(client, side.store, tmp_path / "mirrors")
+    elsewhere.synced()
+    assert side.ref("refs/remotes/memstore/main") == elsewhere.ref("refs/remotes/memstore/main")
+    assert side.ref("refs/heads/main") == elsewhere.ref("refs/heads/main")
+
+
+def test_an_edit_of_each_round_trips_and_a_conflict_keeps_both_sides(mount: Path, client: Client) -> None:
+    side = _seeded(client, mount / f"mirrors-{uuid.uuid4().hex[:6]}")
+    side.synced()
+    for tree_path in git(side.repo, "ls-files", "-z").split("\0"):
+        if tree_path:
+            with open(side.repo / tree_path, "a", encoding="utf-8") as out:
+                out.write("edited\n")
+    report = side.synced()
+    assert report.exit_code == 0
+    edited = {path: content + "edited\n" for path, content in SEED.items()}
+    assert side.remote() == edited
+    side.assert_in_step()
+
+    # The same line changed on both sides of the file whose name only differs in case.
+    local = side.repo / "notes" / "%52eadme.md"
+    local.write_text("title\nlocal\n", encoding="utf-8")
+    side.put("notes/Readme.md", "title\nremote\n")
+    report = side.sync()
+    assert report.ok and report.exit_code == 4
+    assert report.conflicts == ["notes/%52eadme.md"]  # named as in the checkout
+    assert side.remote()["notes/Readme.md"] == "title\nremote\n"
+    text = local.read_text(encoding="utf-8")
+    assert "local" in text and "remote" in text
+    # The files that fold like it were left alone.
+    assert _files(side)["notes/readme.md"] == edited["notes/readme.md"]
+    assert _files(side)["notes/README.md"] == edited["notes/README.md"]
