@@ -16,7 +16,7 @@ from memsync.mirror.backups import (
     push_mirror,
 )
 from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
-from memsync.mirror.checkout import head_problem
+from memsync.mirror.checkout import head_problem, undo_interrupted_checkout
 from memsync.mirror.conflicts import (
     ConflictRecord,
     Merger,
@@ -164,6 +164,7 @@ __all__ = [
     "suggest_tree_path",
     "superseded_commits",
     "tree_layout_problems",
+    "undo_interrupted_checkout",
     "view_folder_name",
     "view_path",
     "wait_for_index_lock",

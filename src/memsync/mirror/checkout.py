@@ -11,9 +11,11 @@ reverse change), then ``refs/memsync/base``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -22,7 +24,7 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, Repositor
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitstore import process_gone
+from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 
@@ -144,7 +146,12 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     return True
 
 
-_CHECKOUT_MARK = "checkout-pid"
+# The intent of a checkout in progress: {"from": main's commit, "to": the tip}. Written before
+# libgit2 writes a file, removed once it wrote them all; a kill, a full disk or any error in between
+# leaves it, and the next run holding the store's lock (so no checkout of ours can be running)
+# rolls the working tree back by it. "checkout-pid" is an older memsync's mark: the same meaning.
+_CHECKOUT_MARK = "checkout-intent"
+_OLD_CHECKOUT_MARK = "checkout-pid"
 
 
 def _marked_checkout(
@@ -152,58 +159,164 @@ def _marked_checkout(
     tree: pygit2.Tree,
     strategy: CheckoutStrategy,
     *,
+    intent: tuple[str | None, str],
     callbacks: ConflictPaths | None = None,
     paths: list[str] | None = None,
 ) -> None:
-    """libgit2's checkout of ``tree`` (never over an ignored file), while ``.git/memsync/checkout-pid``
-    names this process as the one writing the tree.
-
-    libgit2 holds ``.git/index.lock`` for the whole checkout; a kill leaves it behind, and git (like
-    libgit2) then refuses every command until someone deletes it. The mark lets the next run tell
-    that lock from a live git command's: see :func:`_clear_killed_checkout`.
-    """
+    """libgit2's checkout of ``tree`` (never over an ignored file) from main's commit to the tip
+    (``intent``), with the intent on disk until every file is written (see :data:`_CHECKOUT_MARK`)."""
     mark = mirror.state_dir / _CHECKOUT_MARK
     mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.write_text(str(os.getpid()), encoding="ascii")
-    try:
-        mirror.checkout(
-            tree,
-            strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-            callbacks=callbacks,
-            paths=paths,
-        )
-    finally:
-        mark.unlink(missing_ok=True)
+    replace_file(mark, json.dumps({"from": intent[0], "to": intent[1]}).encode("ascii"))
+    mirror.checkout(
+        tree,
+        strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
+        callbacks=callbacks,
+        paths=paths,
+    )
+    mark.unlink()
 
 
 def _killed_checkout(mirror: GitStore) -> float | None:
-    """When a checkout of this mirror was killed part way: the time it started, else None.
-
-    The mark names a process that no longer exists; the store lock keeps any other memsync out, so
-    nothing of ours is writing. The mark stays until a checkout completes.
-    """
-    mark = mirror.state_dir / _CHECKOUT_MARK
-    try:
-        pid = int(mark.read_text(encoding="ascii"))
-        started = mark.stat().st_mtime
-    except (OSError, ValueError):
-        return None
-    # Alive (or the pid was reused): not ours to judge.
-    return started if process_gone(pid) else None
+    """When a checkout of this mirror stopped part way: the time it started, else None. The caller
+    holds the store's lock, so no checkout of ours is running now: a mark left is an interrupted one."""
+    for name in (_CHECKOUT_MARK, _OLD_CHECKOUT_MARK):
+        with contextlib.suppress(OSError):
+            return (mirror.state_dir / name).stat().st_mtime
+    return None
 
 
-def _clear_killed_checkout(mirror: GitStore) -> None:
-    """Delete the ``index.lock`` a killed checkout of this mirror left, and only that one.
+def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
+    """Settle a checkout that stopped part way (a kill, a full disk, an I/O error) so that none of
+    memsync's writes is taken for the user's; returns the paths left alone because the user changed
+    them since (they stay exactly as they are). No-op without an intent.
 
-    It is that one when no older than the killed checkout's mark. A lock of a git command started
-    since stays: :func:`wait_for_index_lock` waits for it, then names it.
+    For every path the checkout was to change, a file that holds main's content, the tip's, or the
+    start of the tip's (the file libgit2 was writing when it stopped) is memsync's; anything else is
+    the user's. A checkout from an earlier commit is rolled back: memsync's files get main's
+    content again (or go, where main had none), and the index main's entries; ``main`` and the base
+    never moved, so an edit the user made meanwhile meets the tip in the ordinary three-way merge,
+    whichever side they edited. The first checkout of a mirror (main has no commit: nothing to merge
+    an edit against) is completed instead: memsync's files get the tip's content, the index the
+    tip's tree, ``main`` and the base the tip, so an edit the user made meanwhile is an edit of the
+    tip's file.
     """
     started = _killed_checkout(mirror)
-    lock = mirror.git_dir / "index.lock"
-    with contextlib.suppress(OSError):
-        if started is not None and lock.stat().st_mtime >= started:
-            lock.unlink()
-            log.warning("removed %s, left by a killed checkout", lock)
+    if started is None:
+        return ()
+    mark = mirror.state_dir / _CHECKOUT_MARK
+    try:
+        intent = json.loads(mark.read_text(encoding="ascii"))
+        old, new = intent["from"], intent["to"]
+    except (OSError, ValueError, KeyError, TypeError):
+        old = new = None  # an older memsync's mark, or a mark cut short: nothing to settle by
+    kept: list[str] = []
+    if new is not None:
+        lock = mirror.git_dir / "index.lock"
+        with contextlib.suppress(OSError):
+            if lock.stat().st_mtime >= started:
+                lock.unlink()  # libgit2's, held for the whole checkout: the kill left it
+        kept = _settle(mirror, old, new)
+        if kept:
+            log.warning(
+                "a checkout that stopped part way was settled; %d file(s) changed since were left"
+                " as they are: %s",
+                len(kept),
+                ", ".join(escape_for_terminal(path) for path in kept[:10]),
+            )
+    for name in (_CHECKOUT_MARK, _OLD_CHECKOUT_MARK):
+        (mirror.state_dir / name).unlink(missing_ok=True)
+    return tuple(kept)
+
+
+def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
+    """:func:`undo_interrupted_checkout`'s work: back to ``old``, or on to ``new`` when ``old`` is None."""
+    forward = old is None
+    old_tree = mirror.tree(old) if old is not None else None
+    new_tree = mirror.tree(new)
+    with translated(f"comparing {old} with {new}"):
+        deltas = (
+            old_tree.diff_to_tree(new_tree) if old_tree is not None else new_tree.diff_to_tree(swap=True)
+        ).deltas
+        changed = sorted({path for delta in deltas for path in (delta.old_file.path, delta.new_file.path)})
+    root = str(mirror.workdir)
+    kept: list[str] = []
+    settle: dict[str, bytes | None] = {}  # tree path → the content it gets (None: no file)
+    for path in changed:
+        before = _blob_data(old_tree, path)
+        after = _blob_data(new_tree, path)
+        target = after if forward else before
+        on_disk = os.path.join(root, path)
+        if os.path.islink(on_disk):
+            kept.append(path)
+            continue
+        if os.path.isdir(on_disk):
+            if before is None and after is None:
+                continue  # a folder of one tree's: its files are listed on their own
+            kept.append(path)  # a folder where the checkout reads or writes a file: not memsync's
+            continue
+        try:
+            with open(on_disk, "rb") as file:
+                data: bytes | None = file.read()
+        except FileNotFoundError:
+            data = None
+        except OSError:
+            kept.append(path)
+            continue
+        cut = data is not None and after is not None and len(data) < len(after) and after.startswith(data)
+        if not (data in (before, after) or cut):
+            kept.append(path)
+        elif data != target:
+            settle[path] = target
+    # Files that go first, deepest first, with the folders they leave empty; then files written.
+    for path in sorted((p for p, c in settle.items() if c is None), key=lambda p: -p.count("/")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, path))
+        _prune_empty_folders(root, path)
+    for path, content in sorted(settle.items()):
+        if content is None:
+            continue
+        target_file = os.path.join(root, path)
+        try:
+            os.makedirs(os.path.dirname(target_file), exist_ok=True)
+            replace_file(Path(target_file), content)
+        except (NotADirectoryError, IsADirectoryError, FileExistsError):
+            kept.append(path)  # the user's file or folder is in the way: left as it is
+    index = mirror.index()
+    if forward:
+        index.read_tree(new_tree)
+    else:
+        for path in settle:
+            if path in kept:
+                continue
+            entry = old_tree[path] if old_tree is not None and path in old_tree else None
+            if isinstance(entry, pygit2.Blob):
+                index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
+            elif path in index:
+                index.remove(path)
+    index.write()
+    if forward and mirror.ref_target(MAIN_REF) is None:
+        mirror.set_ref_if_equals(MAIN_REF, new, None, message="memsync: first checkout completed")
+        if mirror.ref_target(BASE_REF) is None:
+            mirror.set_ref_if_equals(BASE_REF, new, None, message="memsync: first checkout completed")
+    return sorted(kept)
+
+
+def _blob_data(tree: pygit2.Tree | None, path: str) -> bytes | None:
+    if tree is None or path not in tree:
+        return None
+    entry = tree[path]
+    return entry.data if isinstance(entry, pygit2.Blob) else None
+
+
+def _prune_empty_folders(root: str, path: str) -> None:
+    folder = os.path.dirname(path)
+    while folder:
+        try:
+            os.rmdir(os.path.join(root, folder))
+        except OSError:
+            return  # not empty (or not there): it and the folders above it stay
+        folder = os.path.dirname(folder)
 
 
 def update_checkout(mirror: GitStore) -> CheckoutUpdate:
@@ -211,7 +324,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return CheckoutUpdate(tip=None, reason="nothing has been imported yet")
-    _clear_killed_checkout(mirror)
+    undo_interrupted_checkout(mirror)
     # Mid-rebase (or merge, bisect, ...) the checkout is git's and the user's: moving main or the
     # files under that operation would make its --continue or --abort go wrong.
     if (problem := head_problem(mirror)) is not None:
@@ -226,7 +339,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
         target = mirror.tree(tip)
         conflicts = ConflictPaths()
         try:
-            _marked_checkout(mirror, target, CheckoutStrategy.SAFE, callbacks=conflicts)
+            _marked_checkout(mirror, target, CheckoutStrategy.SAFE, intent=(head, tip), callbacks=conflicts)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
@@ -238,7 +351,9 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
                 # Forced only where main and the tip differ: a file the tip does not change is
                 # never rewritten, whatever happened to it since the status was read.
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
-                _marked_checkout(mirror, target, CheckoutStrategy.FORCE, paths=sorted(moved))
+                _marked_checkout(
+                    mirror, target, CheckoutStrategy.FORCE, intent=(head, tip), paths=sorted(moved)
+                )
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(

@@ -83,6 +83,7 @@ from memsync.mirror import (
     reset_main,
     scan_worktree,
     store_blob,
+    undo_interrupted_checkout,
     wait_for_index_lock,
     write_base,
 )
@@ -280,6 +281,8 @@ class _Execution:
             self.hashes.save()
 
     def _run(self) -> None:
+        # What a checkout that stopped part way wrote is memsync's, never an edit to push.
+        undo_interrupted_checkout(self.mirror)
         self.report.blocked = head_problem(self.mirror)
         if self.report.blocked is not None:
             return

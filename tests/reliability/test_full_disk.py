@@ -1,0 +1,144 @@
+"""A disk that fills up during a pull's checkout: a real tmpfs mounted with ``size=`` as the mirror
+root. The pull fails; once space is freed, the next run finishes the checkout and takes none of
+memsync's own half-written files for the user's, and an edit the user made meanwhile reaches the
+store as an ordinary edit, not a conflict.
+
+Needs root (mount); skips saying why without it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.api import Client, Store, open_client
+from memsync.rules import Dialect
+from tests.reliability.harness import GitOracle, MemsyncCli, write_config
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+FILES = 60
+PAGE = 4096
+ROOMY = 64 << 20
+
+
+def _mount(point: Path, size: int, *, remount: bool = False) -> subprocess.CompletedProcess[str]:
+    options = f"size={size}" + (",remount" if remount else "")
+    return subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs, roomy until a test shrinks it with :func:`_resize`."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    point = tmp_path / "disk"
+    point.mkdir()
+    mounted = _mount(point, ROOMY)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def _resize(point: Path, size: int) -> None:
+    resized = _mount(point, size, remount=True)
+    assert resized.returncode == 0, resized.stderr
+
+
+def _used(point: Path) -> int:
+    info = os.statvfs(point)
+    return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+
+@pytest.fixture
+def store(server: ServerProcess) -> Iterator[tuple[Client, Store]]:
+    rng = random.Random(7)
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        made = client.create_store(f"full-disk-{uuid.uuid4().hex[:6]}", idempotency_key=str(uuid.uuid4()))
+        for n in range(FILES):
+            # Random text: neither git's compression nor the page rounding make the sizes guesswork.
+            client.create_memory(made.id, f"notes/m{n:02d}.md", rng.randbytes(3000).hex() + "\n")
+        yield client, made
+
+
+def _cli(point: Path, server: ServerProcess, store: Store, tmp_path: Path) -> MemsyncCli:
+    config = write_config(
+        tmp_path, dialect="forward", base_url=server.base_url, stores=[store.id], root=str(point / "mirrors")
+    )
+    return MemsyncCli(config, server.token)
+
+
+def _full_during_checkout(point: Path, cli: MemsyncCli, store: Store) -> None:
+    """Pull once with room to measure, then shrink the disk to what the import needs plus about half
+    of the checkout, and pull again into an empty root."""
+    assert cli.run("pull").returncode == 0
+    used = _used(point)
+    checkout = sum(
+        -(-f.stat().st_size // PAGE) * PAGE for f in (point / "mirrors" / store.id / "notes").iterdir()
+    )
+    subprocess.run(["rm", "-rf", str(point / "mirrors")], check=True)
+    _resize(point, ((used - checkout // 2) // PAGE) * PAGE)
+
+
+def test_a_checkout_cut_short_by_a_full_disk_is_finished_once_there_is_room(
+    small_disk: Path, server: ServerProcess, store: tuple[Client, Store], tmp_path: Path
+) -> None:
+    _, made = store
+    cli = _cli(small_disk, server, made, tmp_path)
+    _full_during_checkout(small_disk, cli, made)
+    failed = cli.run("pull")
+    assert failed.returncode != 0, failed.describe()
+    repo = small_disk / "mirrors" / made.id
+    written = list((repo / "notes").iterdir()) if (repo / "notes").is_dir() else []
+    assert 0 < len(written) < FILES, "the disk filled up before or after the checkout: adjust the sizes"
+
+    _resize(small_disk, ROOMY)
+    again = cli.run("pull", "--json")
+    assert again.returncode == 0, again.describe()
+    assert "local change" not in again.stdout
+    oracle = GitOracle(repo)
+    assert oracle.ref("refs/heads/main") == oracle.ref("refs/remotes/memstore/main")
+    assert oracle.text("status", "--porcelain") == ""
+    assert len(list((repo / "notes").iterdir())) == FILES
+    oracle.fsck()
+
+
+def test_an_edit_made_after_a_checkout_was_cut_short_is_pushed_as_an_edit(
+    small_disk: Path, server: ServerProcess, store: tuple[Client, Store], tmp_path: Path
+) -> None:
+    client, made = store
+    cli = _cli(small_disk, server, made, tmp_path)
+    _full_during_checkout(small_disk, cli, made)
+    assert cli.run("pull").returncode != 0
+    repo = small_disk / "mirrors" / made.id
+    whole = [f for f in sorted((repo / "notes").iterdir()) if f.stat().st_size == 6001]
+    assert whole, "no file was written whole before the disk filled up"
+    edited = whole[0]
+    _resize(small_disk, ROOMY)
+    edited.write_text(edited.read_text(encoding="utf-8") + "my edit\n", encoding="utf-8")
+
+    synced = cli.run("sync", "--json")
+
+    assert synced.returncode == 0, synced.describe()
+    memory = client.find_memory(made.id, f"notes/{edited.name}")
+    assert memory is not None
+    assert client.get_memory(made.id, memory.id).content == edited.read_text(encoding="utf-8")
+    assert sum(1 for _ in client.list_memories(made.id)) == FILES
+    oracle = GitOracle(repo)
+    assert oracle.text("status", "--porcelain") == ""
+    oracle.fsck()
