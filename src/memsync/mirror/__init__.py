@@ -29,6 +29,7 @@ from memsync.mirror.conflicts import (
 )
 from memsync.mirror.errors import FormatError, PathEncodingError, RefMoved
 from memsync.mirror.fastimport import blob_id
+from memsync.mirror.gitstore import clear_stale_locks
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -125,6 +126,7 @@ __all__ = [
     "WorktreeScan",
     "apply_checkout",
     "blob_id",
+    "clear_stale_locks",
     "commit_snapshot",
     "conflict_blob",
     "conflict_side",

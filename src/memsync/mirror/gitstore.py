@@ -681,6 +681,31 @@ def process_gone(pid: int) -> bool:
     return False
 
 
+# The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
+
+
+def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
+    """Remove git's lock files in ``git_dir`` made at ``since`` or later (seconds since the epoch):
+    those a run killed after it began left. The caller knows that run is dead and that no other run
+    of its own is in ``git_dir``; an older lock is a user's git command's, and stays (git names it
+    when it is in the way). Returns what was removed."""
+    candidates = [git_dir / name for name in _GIT_LOCKS]
+    refs = git_dir / "refs"
+    if refs.is_dir():
+        candidates.extend(refs.rglob("*.lock"))
+    removed = []
+    for lock in candidates:
+        try:
+            # A second of slack: some filesystems keep whole-second (or coarser) modification times.
+            if lock.stat().st_mtime >= since - 1.0:
+                lock.unlink()
+                removed.append(lock)
+        except OSError:
+            continue
+    return removed
+
+
 def replace_file(path: Path, data: bytes) -> None:
     """Give ``path`` the content ``data`` whole, or leave it as it was: written beside it, then
     renamed over it. The temporary's name is short (any file name fits beside it), per thread (no

@@ -75,6 +75,7 @@ from memsync.mirror import (
     ImportedVersion,
     Mirror,
     VersionRecord,
+    clear_stale_locks,
     defer_rewrite,
     escape_for_terminal,
     history_facts,
@@ -153,9 +154,32 @@ def mirror_path(root: Path, store_id: str) -> Path:
     return root / store_id
 
 
-def store_lock(root: Path, store_id: str) -> Any:
-    """The lock of one store's mirror, shared by the CLI and the daemon."""
-    return held(root / ".memsync" / "locks" / f"{store_id}.lock", f"the mirror of {store_id}")
+@contextlib.contextmanager
+def store_lock(root: Path, store_id: str) -> Iterator[None]:
+    """The lock of one store's mirror, shared by the CLI and the daemon.
+
+    The OS releases the lock itself when its holder dies; what a killed holder cannot release are
+    the lock files git and libgit2 made on its behalf (``refs/heads/main.lock``, ``index.lock``),
+    which make every later git write fail. So each holder notes its run beside the lock and removes
+    the note when done: a note found on taking the lock is a run that was killed, and the git lock
+    files it may have left (made since it began) are removed. No process id is involved, so a
+    reused one, PID 1 in a container or another PID namespace changes nothing.
+    """
+    locks = root / ".memsync" / "locks"
+    with held(locks / f"{store_id}.lock", f"the mirror of {store_id}"):
+        run = locks / f"{store_id}.run"
+        with contextlib.suppress(FileNotFoundError):
+            began = run.stat().st_mtime
+            for left in clear_stale_locks(mirror_path(root, store_id) / ".git", since=began):
+                log.warning("removed %s, left by a memsync run that was killed", left)
+        # Without room for the note (a full disk) this run goes unnoted: nothing worse than before.
+        with contextlib.suppress(OSError):
+            run.write_text(f"{os.getpid()}\n", encoding="ascii")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                run.unlink(missing_ok=True)
 
 
 def open_mirror(root: Path, store_id: str) -> Mirror:
