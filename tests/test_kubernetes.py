@@ -291,7 +291,9 @@ def test_the_image_installs_memsync_from_the_source_tree_and_runs_the_daemon() -
         assert f"!{source}" in ignore or f"!{source}/" in ignore, f"the .dockerignore drops {source}"
     assert any(re.search(r"pip install .*-c constraints\.txt \.(\s|$)", rest) for rest in _instruction("RUN"))
     (entrypoint,) = _instruction("ENTRYPOINT")
-    assert json.loads(entrypoint) == ["memsync", "daemon"]
+    # Under tini, a minimal init that reaps orphaned git processes as PID 1 (docs/kubernetes.md).
+    assert json.loads(entrypoint) == ["/usr/bin/tini", "--", "memsync", "daemon"]
+    assert any(re.search(r"apt-get install .*\btini\b", rest) for rest in _instruction("RUN"))
     (healthcheck,) = _instruction("HEALTHCHECK")
     assert json.loads(healthcheck.split("CMD", 1)[1]) == ["memsync-healthcheck"]
     assert any("/usr/local/bin/memsync-healthcheck" in rest for rest in _instruction("COPY"))

@@ -2,8 +2,9 @@
 arbitrary instant of a first pull's checkout, with memsync as PID 1 of its own PID namespace (as in a
 container). After each, a plain rerun converges to an uninterrupted pull's result.
 
-The instants are drawn from a seeded generator (``MEMSYNC_KILL_SEED`` picks another series; the soak
-runs hundreds: ``benchmarks/soak.py --only random-kills``).
+The instants are drawn from a seeded generator: ``MEMSYNC_KILL_SEED`` picks another series and
+``MEMSYNC_RANDOM_KILLS`` sets how many (CI: 4; a soak: ``MEMSYNC_RANDOM_KILLS=200 pytest
+tests/reliability/test_killed_runs.py -k arbitrary``).
 """
 
 from __future__ import annotations
