@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
-from memsync.errors import EXIT_USAGE, MemsyncError, UsageError, UserError
+from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError, UserError, storage_fault
 
 
 def _hoist_config(argv: list[str]) -> tuple[list[str], str | None]:
@@ -1030,4 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except MemsyncError as exc:
         click.echo(f"memsync: error: {exc}", err=True)
         code = exc.exit_code
+    except OSError as exc:  # a local write no layer translated: one line naming the fix, no traceback
+        click.echo(f"memsync: error: {storage_fault(exc, 'writing')}", err=True)
+        code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else 0)

@@ -7,7 +7,7 @@ that ``memsync`` exits with when it reaches the command line (docs/design.md §4
     ├── UserError                  1  printed as one actionable line, no traceback
     │   ├── UsageError             2  the command line is wrong
     │   ├── ConfigError            2  the configuration is missing, unreadable or invalid
-    │   ├── EnvironmentProblem     2  the machine lacks something (git binary, case-sensitive fs)
+    │   ├── EnvironmentProblem     2  the machine lacks something (the git binary, a recent enough one)
     │   ├── RuleViolation          1  a path, content or metadata breaks a dialect rule (field, rule)
     │   ├── LockHeld              75  another memsync holds the lock; try again
     │   ├── DriftFound             5  verify found a difference between mirror and store
@@ -15,6 +15,8 @@ that ``memsync`` exits with when it reaches the command line (docs/design.md §4
     │   │                             main keeps the checkout from being reconciled: the message
     │   │                             names the git command that ends it
     │   └── ConflictsPending       4  conflicts, rejected files or withheld changes wait for the user
+    ├── StorageFault               1  the local disk refused a write: full, read-only, failing, or
+    │                                 not memsync's to write (the message names the fix)
     ├── ApiError                   1  the Memory Store API failed (memsync.api refines it)
     │   └── AuthenticationFailed   3  the token was refused
     └── MirrorError                1  a mirror repository could not be read or written (memsync.mirror)
@@ -26,6 +28,7 @@ imports them, so callers only ever see this tree.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 
 # Exit codes, in the order of precedence of docs/design.md §4: when several apply, the first wins.
@@ -149,3 +152,53 @@ class MirrorError(MemsyncError):
 
 class UnsafeInput(MirrorError):
     """Data from the API that memsync refuses to write (a hostile path, a content/hash mismatch)."""
+
+
+class StorageFault(MemsyncError):
+    """The local disk refused a write: full, read-only, failing, or not memsync's to write.
+
+    Every write memsync makes is resumable (docs/reliability.md): nothing was lost, and the next
+    run once the fault is gone finishes what this one began, so the message says what to fix.
+    """
+
+
+# errno → what the disk said, and what to do about it.
+_STORAGE_FAULTS = {
+    errno.ENOSPC: ("the disk is full", "free space on it"),
+    errno.EDQUOT: ("the disk quota is used up", "free space or raise the quota"),
+    errno.EROFS: ("the filesystem is read-only", "remount it read-write (or move the mirrors)"),
+    errno.EIO: ("the disk reported an I/O error", "check the disk (dmesg, fsck) and its connection"),
+    errno.EACCES: ("memsync may not write there", "check the owner and permissions of the mirror root"),
+    errno.EPERM: ("memsync may not write there", "check the owner and permissions of the mirror root"),
+}
+# How git and libgit2 quote those errors in their own messages (strerror's words, on every libc).
+_STORAGE_WORDS = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "Read-only file system": errno.EROFS,
+    "Input/output error": errno.EIO,
+    "Permission denied": errno.EACCES,
+}
+_AFTER = "then run again: nothing was lost, and the next run finishes what this one began"
+
+
+def storage_fault_hint(message: str) -> str | None:
+    """What to do about an error whose message quotes a storage fault (from an OSError, git or
+    libgit2), as the tail of a one-line message; None when it quotes none."""
+    for words, number in _STORAGE_WORDS.items():
+        if words in message:
+            what, fix = _STORAGE_FAULTS[number]
+            return f"{what}: {fix}, {_AFTER}"
+    return None
+
+
+def storage_fault(error: OSError, doing: str) -> MemsyncError:
+    """The error an OSError from a local write amounts to: a :class:`StorageFault` naming what
+    failed, where, and the fix, for the faults of :data:`_STORAGE_FAULTS`; else a MirrorError with
+    the same facts. Never a traceback."""
+    where = f" ({error.filename})" if error.filename else ""
+    text = f"{doing}: {error.strerror or error}{where}"
+    if error.errno in _STORAGE_FAULTS:
+        what, fix = _STORAGE_FAULTS[error.errno]
+        return StorageFault(f"{text}: {what}: {fix}, {_AFTER}")
+    return MirrorError(text)

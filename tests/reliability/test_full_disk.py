@@ -102,7 +102,9 @@ def test_a_checkout_cut_short_by_a_full_disk_is_finished_once_there_is_room(
     cli = _cli(small_disk, server, made, tmp_path)
     _full_during_checkout(small_disk, cli, made)
     failed = cli.run("pull")
-    assert failed.returncode != 0, failed.describe()
+    assert failed.returncode == 1, failed.describe()
+    assert "the disk is full: free space on it, then run again" in failed.stdout, failed.describe()
+    assert "Traceback" not in failed.stdout + failed.stderr
     repo = small_disk / "mirrors" / made.id
     written = list((repo / "notes").iterdir()) if (repo / "notes").is_dir() else []
     assert 0 < len(written) < FILES, "the disk filled up before or after the checkout: adjust the sizes"
@@ -139,6 +141,43 @@ def test_an_edit_made_after_a_checkout_was_cut_short_is_pushed_as_an_edit(
     assert memory is not None
     assert client.get_memory(made.id, memory.id).content == edited.read_text(encoding="utf-8")
     assert sum(1 for _ in client.list_memories(made.id)) == FILES
+    oracle = GitOracle(repo)
+    assert oracle.text("status", "--porcelain") == ""
+    oracle.fsck()
+
+
+def test_a_read_only_filesystem_is_named_with_its_fix_and_nothing_is_lost(
+    small_disk: Path, server: ServerProcess, store: tuple[Client, Store], tmp_path: Path
+) -> None:
+    client, made = store
+    cli = _cli(small_disk, server, made, tmp_path)
+    assert cli.run("pull").returncode == 0
+    repo = small_disk / "mirrors" / made.id
+    memory = client.find_memory(made.id, "notes/m00.md")
+    assert memory is not None
+    client.update_memory(made.id, memory.id, "changed remotely\n", expected_sha256=memory.content_sha256)
+    (repo / "notes" / "m01.md").write_text("changed locally\n", encoding="utf-8")
+    _resize(small_disk, ROOMY)  # the same size, now read-only:
+    remounted = subprocess.run(
+        ["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True, check=False
+    )
+    assert remounted.returncode == 0, remounted.stderr
+
+    for command in ("pull", "sync"):
+        failed = cli.run(command)
+        assert failed.returncode == 1, failed.describe()
+        assert "the filesystem is read-only: remount it read-write" in failed.stdout + failed.stderr, (
+            failed.describe()
+        )
+        assert "Traceback" not in failed.stdout + failed.stderr
+
+    subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    synced = cli.run("sync")
+    assert synced.returncode == 0, synced.describe()
+    assert client.get_memory(made.id, memory.id).content == "changed remotely\n"
+    assert (repo / "notes" / "m00.md").read_text(encoding="utf-8") == "changed remotely\n"
+    local = client.find_memory(made.id, "notes/m01.md")
+    assert local is not None and client.get_memory(made.id, local.id).content == "changed locally\n"
     oracle = GitOracle(repo)
     assert oracle.text("status", "--porcelain") == ""
     oracle.fsck()

@@ -29,6 +29,7 @@ from memsync.errors import (
     MirrorError,
     UsageError,
     combine_exit_codes,
+    storage_fault,
 )
 from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
 from memsync.sync.fleet import for_each_store
@@ -229,3 +230,5 @@ def _push_all(root: Path, report: BackupReport, targets: list[BackupTarget]) -> 
                     report.fail(f"{target.display}: {'; '.join(reasons)}")
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a local write no layer below translated: one line, never a traceback
+        report.fail(str(storage_fault(exc, "backing up")))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.api import Client, Store
-from memsync.errors import LockHeld, MemsyncError, combine_exit_codes
+from memsync.errors import LockHeld, MemsyncError, combine_exit_codes, storage_fault
 from memsync.mirror import Mirror, head_problem, keep_base_ids
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
@@ -111,6 +111,10 @@ def run_cycle(
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
         pull.fail(str(exc), exc.exit_code)
+        push = None
+    except OSError as exc:  # the lock's own folder cannot be written (a read-only root, a full disk)
+        pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
+        pull.fail(str(storage_fault(exc, "locking the mirror")))
         push = None
     report = CycleReport(store_id=store.id, pull=pull, push=push)
     if push is not None:

@@ -69,7 +69,7 @@ from memsync.engine.importing import (
     redacted_content_changes,
 )
 from memsync.engine.spool import ReverseSpool
-from memsync.errors import MemsyncError, UnsafeInput
+from memsync.errors import MemsyncError, UnsafeInput, storage_fault
 from memsync.mirror import (
     HistoryWriter,
     ImportedVersion,
@@ -232,6 +232,8 @@ def pull_store(
     except MemsyncError as exc:
         # The error's own exit code survives: a held lock is 75, a refused token 3 (docs/design.md §4).
         report.fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a local write no layer below translated: one line, never a traceback
+        report.fail(str(storage_fault(exc, "pulling")))
     report.requests = client.request_count - before
     return report
 

@@ -61,7 +61,7 @@ from memsync.engine.reconcile import (
     next_base,
     plan,
 )
-from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError
+from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
 from memsync.mirror import (
     BlobHashes,
     CheckoutChange,
@@ -648,6 +648,8 @@ def reconcile(
         ).run()
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a local write no layer below translated: one line, never a traceback
+        report.fail(str(storage_fault(exc, "pushing")))
 
 
 def needs_reconcile(mirror: Mirror) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memsync.errors import EXIT_FAILED, EXIT_OK
+from memsync.errors import EXIT_FAILED, EXIT_OK, storage_fault_hint
 
 
 class Outcome:
@@ -29,6 +29,10 @@ class Outcome:
 
     def fail(self, message: str, code: int = EXIT_FAILED) -> None:
         self.ok = False
+        # A full disk quoted by git or libgit2 gets its fix named, as an OSError's does.
+        hint = storage_fault_hint(message)
+        if hint is not None and hint not in message:
+            message = f"{message}: {hint}"
         self.error = message
         self.code = code
 
