@@ -71,7 +71,7 @@ def _hash_lies(standin: StandIn, tmp: Path) -> None:
 
 
 def _nul_content(standin: StandIn, tmp: Path) -> None:
-    standin.add("notes/nul.md", "before\x00after a NUL\n")
+    standin.add("notes/nul-b.md", "before\x00after a NUL\n")
 
 
 def _nul_id(standin: StandIn, tmp: Path) -> None:
@@ -168,7 +168,7 @@ HOSTILITIES = [
     Hostility("git-hooks-backslash", _version_at(".git\\hooks\\hostile-post-checkout"), "path rules"),
     Hostility("nul-in-path", _version_at("notes/hostile\x00.md"), "path rules"),
     # A NUL in a content is just a byte to git: the archive keeps exactly what the store holds.
-    Hostility("nul-in-content", _nul_content, None, stored=(("notes/nul.md", b"before\x00after a NUL\n"),)),
+    Hostility("nul-in-content", _nul_content, None, stored=(("notes/nul-b.md", b"before\x00after a NUL\n"),)),
     Hostility("nul-in-version-id", _nul_id, "not a plausible id"),
     Hostility("overlong-path", _version_at("d/" * 600 + "hostile.md"), "path rules"),
     Hostility("overlong-segment", _version_at("hostile" * 40 + ".md"), "path rules"),
