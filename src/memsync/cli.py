@@ -7,6 +7,7 @@ are printed as one line and mapped to their exit code here, and only here.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -248,7 +249,7 @@ def pull(
     """Import new versions of the selected stores into their git mirrors, several stores at once."""
     from memsync.errors import combine_exit_codes
     from memsync.sync.fleet import for_each_store
-    from memsync.sync.pull import PullReport, pull_store
+    from memsync.sync.pull import PullReport, not_listed, pull_store
     from memsync.sync.stores import client_for, select_stores
 
     config, _ = _sharded_config(ctx, shard, jobs)
@@ -269,12 +270,17 @@ def pull(
                 jobs=config.fleet.concurrency,
                 done=progress.store_done,
             )
-    for store_id in selection.deleted_remotely:
-        gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
-        gone.warnings.append("the store was deleted remotely (or this token lost access); its mirror is kept")
-        reports.append(gone)
+    reports += [not_listed(selection, config.mirror.root, s) for s in selection.deleted_remotely]
     _emit([r.to_json() for r in reports], as_json, _describe_pull)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
+
+
+def _not_listed_lines(head: str, report: dict[str, Any]) -> str:
+    """A mirror whose store the API does not list: where it is kept, and why it is not called deleted."""
+    from memsync.mirror import escape_for_terminal
+
+    lines = [f"{head}: not listed; mirror kept at {report['path']}"]
+    return "\n".join(lines + [f"  warning: {escape_for_terminal(w)}" for w in report["warnings"]])
 
 
 def _describe_pull(report: dict[str, Any]) -> str:
@@ -282,7 +288,7 @@ def _describe_pull(report: dict[str, Any]) -> str:
 
     head = f"{report['id']} ({escape_for_terminal(report['name'])})" if report["name"] else report["id"]
     if report["deleted_remotely"]:
-        return f"{head}: deleted remotely; mirror kept at {report['path']}"
+        return _not_listed_lines(head, report)
     parts = [f"imported {report['imported']} version(s)"]
     if report["skipped"]:
         parts.append(f"skipped {', '.join(report['skipped'])}")
@@ -477,7 +483,7 @@ def sync(
     from memsync.errors import combine_exit_codes
     from memsync.sync.cycle import CycleReport, run_cycle
     from memsync.sync.fleet import for_each_store
-    from memsync.sync.pull import PullReport
+    from memsync.sync.pull import not_listed
     from memsync.sync.stores import client_for, select_stores
 
     config, _ = _sharded_config(ctx, shard, jobs)
@@ -493,10 +499,10 @@ def sync(
                 jobs=config.fleet.concurrency,
                 done=progress.store_done,
             )
-    for store_id in selection.deleted_remotely:
-        gone = PullReport(id=store_id, path=str(config.mirror.root / store_id), deleted_remotely=True)
-        gone.warnings.append("the store was deleted remotely (or this token lost access); its mirror is kept")
-        done.append(CycleReport(store_id=store_id, pull=gone))
+    done += [
+        CycleReport(store_id=store_id, pull=not_listed(selection, config.mirror.root, store_id))
+        for store_id in selection.deleted_remotely
+    ]
     _emit([r.to_json() for r in done], as_json, _describe_cycle)
     ctx.exit(combine_exit_codes(r.exit_code for r in done))
 
@@ -506,7 +512,7 @@ def _describe_cycle(report: dict[str, Any]) -> str:
 
     head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
     if report["deleted_remotely"]:
-        return f"{head}: deleted remotely; mirror kept at {report['path']}"
+        return _not_listed_lines(head, report)
     push = report["push"] or {}
     parts = [f"imported {report['imported']} version(s)", f"pushed {report['pushed']} change(s)"]
     if push.get("checkout"):
@@ -828,7 +834,7 @@ def verify(
                 jobs=config.fleet.concurrency,
                 done=progress.store_done,
             )
-    reports += [verify_deleted(config.mirror.root, store_id) for store_id in selection.deleted_remotely]
+    reports += [verify_deleted(config.mirror.root, s, selection) for s in selection.deleted_remotely]
     _emit([r.to_json() for r in reports], as_json, describe)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
@@ -1010,9 +1016,40 @@ def _describe_status_or_view(report: dict[str, Any]) -> str:
 # --- end of mounts and awareness views ---
 
 
+class _RetryNotes(logging.Filter):
+    """Lets through only the API client's notes of a retry: on a terminal they are the progress of a
+    run that waits for a server (up to a minute of backoff), which would otherwise look hung."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage().startswith("retrying ")
+
+
+def _show_retries() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("memsync: %(message)s"))
+    handler.addFilter(_RetryNotes())
+    api_log = logging.getLogger("memsync.api")
+    api_log.addHandler(handler)
+    if api_log.getEffectiveLevel() > logging.INFO:
+        api_log.setLevel(logging.INFO)
+
+
+def _wants_json(args: list[str]) -> bool:
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Entry point of the console script: run the command and exit with its code."""
+    """Entry point of the console script: run the command and exit with its code.
+
+    With ``--json``, a run that fails as a whole (no token, an unreachable server, a bad config) still
+    prints one object on stdout, ``{"error": …, "exit_code": …, "stores": []}``, as every other run
+    does; the line on stderr is printed either way.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    as_json = _wants_json(args)
+    if not as_json and sys.stderr.isatty():
+        _show_retries()
+    message: str | None = None
     try:
         args, config = _hoist_config(args)
         code = cli.main(args=args, prog_name="memsync", standalone_mode=False, obj={"config": config})
@@ -1020,17 +1057,26 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = exc.exit_code
     except click.ClickException as exc:
         exc.show()
+        message = exc.format_message()
         code = EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except click.Abort:
-        click.echo("aborted", err=True)
+        message = "aborted"
+        click.echo(message, err=True)
         code = 130
     except UserError as exc:
-        click.echo(f"memsync: {exc}", err=True)
+        message = str(exc)
+        click.echo(f"memsync: {message}", err=True)
         code = exc.exit_code
     except MemsyncError as exc:
-        click.echo(f"memsync: error: {exc}", err=True)
+        message = str(exc)
+        click.echo(f"memsync: error: {message}", err=True)
         code = exc.exit_code
     except OSError as exc:  # a local write no layer translated: one line naming the fix, no traceback
-        click.echo(f"memsync: error: {storage_fault(exc, 'writing')}", err=True)
+        message = str(storage_fault(exc, "writing"))
+        click.echo(f"memsync: error: {message}", err=True)
         code = EXIT_FAILED
+    if as_json and message is not None:
+        import json
+
+        click.echo(json.dumps({"error": message, "exit_code": code, "stores": []}, ensure_ascii=False))
     sys.exit(code if isinstance(code, int) else 0)

@@ -203,7 +203,7 @@ def test_discovery_adds_new_stores_and_drops_removed_ones(tmp_path: Path, stoppe
         what="the deleted store to be dropped",
     )
     state = read_state(tmp_path / first.id)
-    assert state is not None and state.removed_reason == "deleted remotely"
+    assert state is not None and state.removed_reason == "not listed by the API"
     assert daemon.coordinator.store_ids() == [second.id]
     assert not daemon.watcher.watching(first.id) and daemon.watcher.watching(second.id)
 

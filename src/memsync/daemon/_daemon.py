@@ -70,7 +70,7 @@ from memsync.mirror import escape_for_terminal
 from memsync.sync.cycle import CycleReport, run_cycle
 from memsync.sync.fleet import in_parallel
 from memsync.sync.locks import held
-from memsync.sync.pull import PullReport, store_lock
+from memsync.sync.pull import PullReport, not_listed, store_lock
 from memsync.sync.stores import Selection, client_for, select_stores
 
 log = logging.getLogger("memsync.daemon")
@@ -498,12 +498,7 @@ class Daemon:
             reports = [report for report, _ in done]
             codes = [code for _, code in done]
             for store_id in selection.deleted_remotely:
-                gone = PullReport(
-                    id=store_id, path=str(self.config.mirror.root / store_id), deleted_remotely=True
-                )
-                gone.warnings.append(
-                    "the store was deleted remotely (or this token lost access); its mirror is kept"
-                )
+                gone = not_listed(selection, self.config.mirror.root, store_id)
                 reports.append(CycleReport(store_id=store_id, pull=gone).to_json())
             for key in self.awareness.views():
                 if self.awareness.refresh_now(key) is None:
@@ -544,8 +539,8 @@ class Daemon:
             else:
                 self._add_store(store, trigger=trigger)
         for store_id in known - set(selected):
-            reason = "deleted remotely" if store_id in selection.deleted_remotely else "no longer selected"
-            self._remove_store(store_id, reason)
+            listed = store_id not in selection.deleted_remotely
+            self._remove_store(store_id, "no longer selected" if listed else "not listed by the API")
 
     def _add_store(self, store: Store, *, trigger: str) -> None:
         record = self._record_for(store)

@@ -41,6 +41,7 @@ from memsync.mirror.history import (
 )
 from memsync.mirror.ignores import TEMPORARIES, is_ignored
 from memsync.mirror.metadata import metadata_follows, note_metadata_follows
+from memsync.mirror.origin import Origin, read_origin, record_origin
 from memsync.mirror.paths import (
     decode_path,
     decode_paths,
@@ -113,6 +114,7 @@ __all__ = [
     "Merger",
     "Mirror",
     "Operation",
+    "Origin",
     "PathEncodingError",
     "PushResult",
     "RedactedCommit",
@@ -154,8 +156,10 @@ __all__ = [
     "quote_for_message",
     "read_base",
     "read_history",
+    "read_origin",
     "read_worktree",
     "record_conflict",
+    "record_origin",
     "reset_main",
     "respell_history",
     "respelling_due",

@@ -135,9 +135,7 @@ def backup_stores(
     ]
     for store_id in selection.deleted_remotely:
         gone = BackupReport(id=store_id, name=_name_from_mirror(root, store_id), deleted_remotely=True)
-        gone.warnings.append(
-            "the store was deleted remotely (or this token lost access); its last mirror is backed up"
-        )
+        gone.warnings.append(f"{selection.absence(store_id)}; its last mirror is backed up")
         stores.append((None, gone))
     targets = _targets(stores, remotes, config)
     if selected is not None:

@@ -69,11 +69,12 @@ from memsync.engine.importing import (
     redacted_content_changes,
 )
 from memsync.engine.spool import ReverseSpool
-from memsync.errors import MemsyncError, UnsafeInput, storage_fault
+from memsync.errors import ConfigError, MemsyncError, UnsafeInput, storage_fault
 from memsync.mirror import (
     HistoryWriter,
     ImportedVersion,
     Mirror,
+    Origin,
     VersionRecord,
     clear_stale_locks,
     defer_rewrite,
@@ -82,6 +83,8 @@ from memsync.mirror import (
     inferred_version_id,
     metadata_follows,
     note_metadata_follows,
+    read_origin,
+    record_origin,
     respell_history,
     rewrite_pending,
     rewrite_redacted,
@@ -89,6 +92,7 @@ from memsync.mirror import (
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 from memsync.sync.report import StoreReport
+from memsync.sync.stores import Selection
 
 log = logging.getLogger("memsync.pull")
 
@@ -116,7 +120,8 @@ class PullReport(StoreReport):
     stopped_at_version: str | None = None
     redacted_since_import: list[str] = field(default_factory=list)
     expired: int = 0
-    deleted_remotely: bool = False
+    deleted_remotely: bool = False  # not listed by the API (the key predates the wording)
+    not_found_at: str | None = None  # the API base that did not list it
     warnings: list[str] = field(default_factory=list)
     path: str = ""
     rewrite: dict[str, Any] | None = None
@@ -142,6 +147,7 @@ class PullReport(StoreReport):
             "redacted_since_import": self.redacted_since_import,
             "expired": self.expired,
             "deleted_remotely": self.deleted_remotely,
+            "not_found_at": self.not_found_at,
             "warnings": self.warnings,
             "rewrite": self.rewrite,
             "history_truncated": self.history_truncated,
@@ -182,6 +188,18 @@ def store_lock(root: Path, store_id: str) -> Iterator[None]:
                 run.unlink(missing_ok=True)
 
 
+def not_listed(selection: Selection, root: Path, store_id: str) -> PullReport:
+    """The report of a mirror whose store the API does not list: kept, and named as not found."""
+    report = PullReport(
+        id=store_id,
+        path=str(mirror_path(root, store_id)),
+        deleted_remotely=True,
+        not_found_at=selection.api_base,
+    )
+    report.warnings.append(selection.absence(store_id))
+    return report
+
+
 def open_mirror(root: Path, store_id: str) -> Mirror:
     path = mirror_path(root, store_id)
     if (path / ".git").is_dir():
@@ -211,6 +229,7 @@ def pull_store(
     try:
         with contextlib.nullcontext() if locked else store_lock(root, store.id):
             mirror = open_mirror(root, store.id)
+            _follow_origin(mirror, client, report)
             first_import = mirror.tip() is None
             if checkout:
                 # Before anything is imported on top of it: a new commit is spelled by today's rules.
@@ -236,6 +255,25 @@ def pull_store(
         report.fail(str(storage_fault(exc, "pulling")))
     report.requests = client.request_count - before
     return report
+
+
+def _follow_origin(mirror: Mirror, client: Client, report: PullReport) -> None:
+    """Record where the mirror's history comes from; a store listed at a new base URL (a new host
+    name, a gateway) is the same store, so the mirror follows it, and says so. Another dialect is
+    never the same API: refused before anything is imported."""
+    recorded = read_origin(mirror.path)
+    if recorded is not None and recorded.dialect != client.dialect.value:
+        raise ConfigError(
+            f'{mirror.path} was made in the "{recorded.dialect}" dialect from {recorded.api_base};'
+            f' api.dialect is "{client.dialect.value}": set api.dialect = "{recorded.dialect}", or give'
+            " this API its own mirror.root"
+        )
+    moved = record_origin(mirror, Origin(client.dialect.value, client.base_url))
+    if moved is not None:
+        report.warnings.append(
+            f"the API base moved from {moved.api_base} to {client.base_url}: the store is listed there,"
+            " so its mirror follows it"
+        )
 
 
 class _Importer:

@@ -10,7 +10,8 @@ from pathlib import Path
 from memsync.api import Client, Store, open_client
 from memsync.config import Config, Shard
 from memsync.engine.shards import owner, owns
-from memsync.errors import UsageError
+from memsync.errors import ConfigError, UsageError
+from memsync.mirror import read_origin
 
 # Connections one store's work may hold at once: a content fetch's requests in flight (at most 16,
 # memsync.api) and a few besides.
@@ -32,8 +33,25 @@ def client_for(config: Config, **options: object) -> Client:
 @dataclass
 class Selection:
     stores: list[Store] = field(default_factory=list)
-    # Mirrors in the root whose store the API no longer lists: deleted remotely, mirror kept.
+    # Mirrors in the root whose store the API does not list (deleted, or out of this token's sight):
+    # each mirror is kept and reported as not found where it was looked for.
     deleted_remotely: list[str] = field(default_factory=list)
+    api_base: str = ""
+    # How many of the root's mirrors the API does list: the evidence that it is their API at all.
+    mirrors_listed: int = 0
+
+    def absence(self, store_id: str) -> str:
+        """Why ``store_id``'s mirror has no store here, with how far the evidence goes."""
+        note = (
+            f"not found at {self.api_base}: the API does not list it (deleted, or this token cannot see"
+            " it); its mirror is kept"
+        )
+        if self.mirrors_listed == 0:
+            note += (
+                "; none of the stores mirrored here is listed there either, so check api.base_url,"
+                " api.dialect and the token before taking it for deleted"
+            )
+        return note
 
 
 def select_stores(
@@ -47,8 +65,10 @@ def select_stores(
     name that only matches stores of other shards is a usage error naming their shards.
     """
     archived_too = config.stores.include_archived if include_archived is None else include_archived
+    mirrors = existing_mirrors(config.mirror.root)
+    _check_dialect(mirrors, client)
     listed = list(client.list_stores(include_archived=True))
-    selection = Selection()
+    selection = Selection(api_base=client.base_url)
     if named:
         matched: set[str] = set()
         for store in listed:
@@ -73,9 +93,8 @@ def select_stores(
             if config.stores.selects(store.id, store.name):
                 selection.stores.append(store)
     known = {store.id for store in listed}
-    selection.deleted_remotely = [
-        mirror.name for mirror in existing_mirrors(config.mirror.root) if mirror.name not in known
-    ]
+    selection.deleted_remotely = [mirror.name for mirror in mirrors if mirror.name not in known]
+    selection.mirrors_listed = len(mirrors) - len(selection.deleted_remotely)
     if named:
         selection.deleted_remotely = [s for s in selection.deleted_remotely if s in named]
     shard = config.fleet.shard
@@ -86,6 +105,25 @@ def select_stores(
         # A deleted store's mirror is reported (and backed up) by its owner alone, like a live one.
         selection.deleted_remotely = [s for s in selection.deleted_remotely if owns(shard, s)]
     return selection
+
+
+def _check_dialect(mirrors: list[Path], client: Client) -> None:
+    """Stop before any listing is believed when the root's mirrors came from another dialect: its
+    listing of this server would leave out every store they mirror (docs/mirror.md, "Origin")."""
+    others: dict[str, list[str]] = {}
+    for mirror in mirrors:
+        origin = read_origin(mirror)
+        if origin is not None and origin.dialect != client.dialect.value:
+            others.setdefault(origin.dialect, []).append(f"{mirror.name} from {origin.api_base}")
+    if not others:
+        return
+    dialect, made = next(iter(others.items()))
+    more = f" and {len(made) - 1} more" if len(made) > 1 else ""
+    raise ConfigError(
+        f'api.dialect is "{client.dialect.value}", but the mirrors under {mirrors[0].parent} were made'
+        f' in the "{dialect}" dialect ({made[0]}{more}): set api.dialect = "{dialect}" in the config,'
+        " or give this API its own mirror.root; nothing was changed"
+    )
 
 
 def _check_named_in_shard(stores: list[Store], named: tuple[str, ...], shard: Shard) -> None:

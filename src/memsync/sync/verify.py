@@ -48,11 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from memsync.api import Client, MemoryVersion, Store
-from memsync.errors import EXIT_DRIFT, MemsyncError
+from memsync.errors import EXIT_DRIFT, EXIT_USAGE, MemsyncError
 from memsync.mirror import BackupRepository, ImportedCommit, escape_for_terminal
 from memsync.rules import Dialect
 from memsync.sync.pull import mirror_path, store_lock
 from memsync.sync.report import StoreReport
+from memsync.sync.stores import Selection
 
 # How long each dialect keeps versions that are not a live memory's head (docs/api-contract.md §4);
 # None: unknown.
@@ -375,15 +376,21 @@ def verify_store(client: Client, store: Store, root: Path, *, now: datetime | No
     return report
 
 
-def verify_deleted(root: Path, store_id: str) -> VerifyReport:
-    """A mirror whose store is gone: nothing to compare with, which is drift in itself."""
+def verify_deleted(root: Path, store_id: str, selection: Selection) -> VerifyReport:
+    """A mirror whose store the API does not list: nothing to compare with. Where the API does list
+    other stores mirrored here, it is the mirrors' API and the store is gone from it: drift, which a
+    restore can mend. Where it lists none of them, the config may point elsewhere (another server,
+    dialect or token): that is said first, and no restore is suggested on such evidence."""
     path = mirror_path(root, store_id)
     report = VerifyReport(id=store_id, path=str(path))
+    if selection.mirrors_listed == 0:
+        report.fail(selection.absence(store_id), EXIT_USAGE)
+        return report
     report.differences.append(
         Difference(
             "store-gone",
-            "the store was deleted remotely (or this token lost access); the mirror is all that is left:"
-            " memsync restore can recreate it",
+            f"{selection.absence(store_id)}; other stores mirrored here are listed there, so this one"
+            " is gone from it: memsync restore can recreate it from the mirror",
         )
     )
     report.conclude()

@@ -1,0 +1,54 @@
+"""Where a mirror came from: the API dialect and base URL its history was imported from.
+
+Recorded in the repository's own config (``memsync.dialect``, ``memsync.apibase``; ``git config
+memsync.dialect`` shows it) by the first pull that finds its store listed, and read back before a
+command trusts a listing. Without it, a config pointed at the right server in the wrong dialect saw
+no store listed and took every mirror's store for deleted; with it, that is a configuration error
+naming both dialects, and a store a listing leaves out is only "not found" where it was looked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from memsync.mirror.gitstore import GitStore
+
+_DIALECT = "memsync.dialect"
+_API_BASE = "memsync.apibase"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    dialect: str
+    api_base: str
+
+
+def read_origin(mirror: Path) -> Origin | None:
+    """The origin recorded in the mirror at ``mirror`` (its working tree), or None: a mirror made
+    before origins were recorded, or one whose config cannot be read (the open that follows says why).
+
+    Reads the config file alone, without opening the repository: a selection checks every mirror of
+    the root this way.
+    """
+    try:
+        config = pygit2.Config(str(mirror / ".git" / "config"))
+        dialect, api_base = config[_DIALECT], config[_API_BASE]
+    except (KeyError, pygit2.GitError, OSError):
+        return None
+    return Origin(str(dialect), str(api_base))
+
+
+def record_origin(store: GitStore, origin: Origin) -> Origin | None:
+    """Record ``origin`` in ``store``'s config; return the origin it replaces, if it was another."""
+    config = store.config
+    try:
+        before = Origin(str(config[_DIALECT]), str(config[_API_BASE]))
+    except KeyError:
+        before = None
+    if before != origin:
+        config[_DIALECT] = origin.dialect
+        config[_API_BASE] = origin.api_base
+    return before if before is not None and before != origin else None
