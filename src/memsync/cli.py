@@ -114,8 +114,18 @@ def server(**options: Any) -> None:
 
 def _load_config(ctx: click.Context) -> Any:
     from memsync.config import load_config
+    from memsync.sync.permissions import exposure, restrict_new_files
 
-    return load_config(config_path(ctx))
+    config = load_config(config_path(ctx))
+    restrict_new_files(config.mirror.group_readable)
+    warning = exposure(config.mirror.root, config.mirror.group_readable)
+    if warning is not None and warning not in _WARNED:
+        _WARNED.add(warning)
+        click.echo(f"memsync: warning: {warning}", err=True)
+    return config
+
+
+_WARNED: set[str] = set()  # a warning about the config's folders, printed once per run
 
 
 # pull, backup, verify, sync, daemon and stores work on one shard's stores when several machines

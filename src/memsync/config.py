@@ -71,6 +71,9 @@ class ApiConfig(_Section):
 
 class MirrorConfig(_Section):
     root: Path
+    # What memsync creates (mirrors, caches, spool, local backup remotes) is owner-only (0700/0600);
+    # true lets the owner's group read it too (0750/0640), for a group that shares the mirrors.
+    group_readable: bool = False
 
     @field_validator("root")
     @classmethod

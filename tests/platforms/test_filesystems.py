@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 from memsync.api import Client, open_client
 from memsync.mirror import decode_path
 from memsync.rules import Dialect
+from memsync.sync.permissions import exposure
 from tests.push.conftest import Side, git
 from tests.support.server import ServerProcess
 
@@ -173,3 +175,13 @@ def test_an_edit_of_each_round_trips_and_a_conflict_keeps_both_sides(mount: Path
     # The files that fold like it were left alone.
     assert _files(side)["notes/readme.md"] == edited["notes/readme.md"]
     assert _files(side)["notes/README.md"] == edited["notes/README.md"]
+
+
+def test_a_root_on_a_filesystem_without_modes_is_not_warned_about(mount: Path) -> None:
+    # exFAT and ntfs-3g (without its permissions option) show every file 0777 and ignore chmod: a
+    # warning to chmod the root could not be acted on, so there is none.
+    root = mount / f"modes-{uuid.uuid4().hex[:6]}"
+    root.mkdir()
+    assert stat.S_IMODE(root.stat().st_mode) & 0o077  # exposed, by the look of its modes
+    assert exposure(root, group_readable=False) is None
+    assert sorted(p.name for p in root.iterdir()) == []  # the probe left nothing behind

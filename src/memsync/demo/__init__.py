@@ -21,6 +21,7 @@ import click
 
 from memsync.config import load_config
 from memsync.errors import EXIT_OK, MemsyncError, UsageError, combine_exit_codes
+from memsync.sync.permissions import restrict_new_files
 from memsync.sync.pull import pull_store
 from memsync.sync.stores import client_for, select_stores
 
@@ -32,6 +33,7 @@ def run_demo(directory: Path) -> int:
     directory = directory.absolute()
     if directory.exists() and any(directory.iterdir()):
         raise UsageError(f"{directory} exists and is not empty; pass --dir NEW_FOLDER or remove it")
+    restrict_new_files(group_readable=False)  # the demo's token, server database and mirrors
     directory.mkdir(parents=True, exist_ok=True)
     seed = directory / "seed.json"
     seed.write_bytes(resources.files("memsync.demo").joinpath("history.json").read_bytes())
