@@ -178,6 +178,9 @@ _STORAGE_WORDS = {
     "Read-only file system": errno.EROFS,
     "Input/output error": errno.EIO,
     "Permission denied": errno.EACCES,
+    # SQLite's words for the same faults (the content index)
+    "database or disk is full": errno.ENOSPC,
+    "disk I/O error": errno.EIO,
 }
 _AFTER = "then run again: nothing was lost, and the next run finishes what this one began"
 
@@ -190,6 +193,13 @@ def storage_fault_hint(message: str) -> str | None:
             what, fix = _STORAGE_FAULTS[number]
             return f"{what}: {fix}, {_AFTER}"
     return None
+
+
+def storage_error(message: str) -> MemsyncError:
+    """The error a message quoting a local write's failure (git's, libgit2's, SQLite's) amounts to:
+    a :class:`StorageFault` with the fix appended when it quotes a fault of :data:`_STORAGE_FAULTS`."""
+    hint = storage_fault_hint(message)
+    return MirrorError(message) if hint is None else StorageFault(f"{message}: {hint}")
 
 
 def storage_fault(error: OSError, doing: str) -> MemsyncError:

@@ -15,11 +15,13 @@ history; a tip ahead of the marker is caught up the same way.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from memsync.errors import storage_error
 from memsync.mirror.errors import FormatError
 from memsync.mirror.gitstore import GitStore, blob_at
 from memsync.mirror.trailers import parse_message
@@ -120,8 +122,13 @@ class ContentIndex:
             if covered is not None:
                 db.execute("INSERT OR REPLACE INTO marker (id, commit_id) VALUES (1, ?)", (covered,))
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as exc:
+            # A COMMIT that failed on a write (a full disk, an I/O error) has already rolled back.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise storage_error(f"writing the content index {self._path}: {exc}") from None
             raise
         if covered is not None:
             self._covered = covered
