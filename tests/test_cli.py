@@ -54,6 +54,9 @@ def test_pull_json_and_config_after_the_subcommand(setup: tuple[Path, str], serv
     # MEMSYNC_CONFIG names the file too; a second pull imports nothing.
     again = memsync("pull", env={"MS_TOKEN": server.token, "MEMSYNC_CONFIG": str(config)})
     assert again.returncode == 0 and "imported 0 version(s)" in again.stdout
+    assert "checkout updated" not in again.stdout  # nothing moved: the checkout is "unchanged"
+    unchanged = memsync("pull", "--json", env={"MS_TOKEN": server.token, "MEMSYNC_CONFIG": str(config)})
+    assert json.loads(unchanged.stdout)["stores"][0]["checkout"] == "unchanged"
 
 
 def test_stores_lists_the_selection(setup: tuple[Path, str], server: ServerProcess) -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memsync import rules
 from memsync.errors import RuleViolation
-from memsync.rules import Dialect
+from memsync.rules import Dialect, decode_content
 
 RELATIVE = (Dialect.FORWARD, Dialect.CLOUD)
 ALL = tuple(Dialect)
@@ -189,7 +189,7 @@ def test_decode_content_refuses_invalid_utf8_and_names_the_byte() -> None:
     with pytest.raises(RuleViolation) as info:
         rules.decode_content(b"ok\xff", Dialect.FORWARD)
     assert info.value.rule == "utf8"
-    assert "byte 2" in str(info.value)
+    assert "(at byte 3)" in str(info.value)  # counted from 1, as editors count
 
 
 @given(st.text(max_size=200))
@@ -273,3 +273,15 @@ def test_bad_durations_name_the_field_and_the_fix(text: object) -> None:
         rules.parse_duration(text, "daemon.interval")
     assert info.value.field == "daemon.interval"
     assert "e.g." in str(info.value)
+
+
+def test_a_refused_content_names_its_place_counted_from_1_in_plain_words() -> None:
+    # The reason reaches a terminal through escape_for_terminal: a backslash in it would show doubled.
+    with pytest.raises(RuleViolation) as bad_byte:
+        decode_content(b"\xffrest", Dialect.FORWARD)
+    assert "(at byte 1)" in str(bad_byte.value)
+    with pytest.raises(RuleViolation) as control:
+        decode_content(b"ab\x01", Dialect.FORWARD)
+    message = str(control.value)
+    assert "U+0001 at character 3" in message and "\\" not in message
+    assert "only newline, carriage return and tab are allowed" in message

@@ -46,6 +46,15 @@ def _hoist_config(argv: list[str]) -> tuple[list[str], str | None]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memsync")
+# Read by _hoist_config before click parses anything (it may stand after the subcommand too); listed
+# here so that --help names it.
+@click.option(
+    "--config",
+    metavar="FILE",
+    expose_value=False,
+    help="The config file (default: $MEMSYNC_CONFIG, else memsync.toml in the platform's config"
+    " folder); before or after the subcommand.",
+)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Keep agent Memory Stores in git: pull history, push edits, back up, verify, restore.
@@ -441,7 +450,10 @@ def daemon(
     "--dry-run", is_flag=True, help="Predict per file (push, merge, conflict, rejected); write nothing."
 )
 @click.option(
-    "--force", is_flag=True, help="Let this push delete more than push.max_delete_share of a store."
+    "--force",
+    is_flag=True,
+    help="Lift both guards for this push: deleting more than push.max_delete_share of a store, and"
+    " the rewind guard (changes that put memories back as they were before main was moved back).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context

@@ -171,8 +171,10 @@ def check_content(content: object, dialect: Dialect) -> str:
         raise RuleViolation(
             "content",
             "control_character",
-            f"contains control character U+{ord(content[offset]):04X} at character {offset};"
-            " only \\n, \\r and \\t are allowed",
+            # Counted from 1, as editors count; the allowed ones named in words, which no terminal
+            # escaping of the message can double.
+            f"contains control character U+{ord(content[offset]):04X} at character {offset + 1};"
+            " only newline, carriage return and tab are allowed",
         )
     return content
 
@@ -186,7 +188,7 @@ def decode_content(data: bytes, dialect: Dialect) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RuleViolation("content", "utf8", f"is not valid UTF-8 (byte {exc.start})") from None
+        raise RuleViolation("content", "utf8", f"is not valid UTF-8 (at byte {exc.start + 1})") from None
     return check_content(text, dialect)
 
 

@@ -188,3 +188,13 @@ def test_a_pull_failure_leaves_the_view_alone(pair: Pair, tmp_path: Path) -> Non
     assert git(view, "rev-parse", "main") == before
     assert memsync(config, "awareness", pair.identity, pair.template).returncode == 0
     assert (view / "shared.md").read_text() == "changed while the store is locked\n"
+
+
+def test_a_mistyped_identity_makes_no_view(pair: Pair, tmp_path: Path) -> None:
+    config = write_config(tmp_path, pair.server.base_url)
+    typo = f"{pair.identity}x"  # no such identity: the API lists no mount for it
+    done = memsync(config, "awareness", typo, pair.template)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "check the identity and template ids" in done.stderr and "no view was made" in done.stderr
+    status = memsync(config, "status", "--json")
+    assert typo not in status.stdout

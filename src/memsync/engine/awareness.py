@@ -207,9 +207,3 @@ def merged_history(histories: Sequence[Iterable[T]], key: Callable[[T], Any]) ->
     so the sequence is a pure function of the histories and the mount order.
     """
     return heapq.merge(*histories, key=key)
-
-
-def mounts_changed(before: Sequence[str] | None, after: Sequence[str]) -> bool:
-    """Whether the active mount list (store ids in mount order) differs from the one a view was built
-    from; None means no view was built yet, which is no change."""
-    return before is not None and list(before) != list(after)

@@ -364,7 +364,8 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
         crash_point("checkout.main_moved")
     if base != tip:
         mirror.set_ref_if_equals(BASE_REF, tip, base, message="memsync: checkout reconciled")
-    return CheckoutUpdate(tip=tip, updated=True)
+    # "updated" only when something moved: a pull that found nothing new leaves it "unchanged".
+    return CheckoutUpdate(tip=tip, updated=head != tip or base != tip)
 
 
 def _continue_or_abort(command: str) -> str:

@@ -205,6 +205,13 @@ def refresh_awareness(
         mounts=mount_entries(mounts),
     )
     if not mounts:
+        if not (Path(report.path) / ".git").is_dir():
+            # Every identity has its default store mounted: none at all is most likely a mistyped
+            # id, and a view made for it would be listed by `status` from then on.
+            raise UsageError(
+                f"no store is mounted for {identity}/{template}: check the identity and template ids"
+                " (`memsync mounts IDENTITY TEMPLATE` lists what is mounted); no view was made"
+            )
         report.warnings.append(f"no store is mounted for {identity}/{template}: the view is empty")
     for mount in mounts:
         if not mount.active:

@@ -1,4 +1,4 @@
-"""Per-repository and per-config locks shared by the CLI and the daemon.
+"""The OS file locks the CLI and the daemon share (a store's, a mirror root's daemon lock).
 
 They are OS file locks (``flock`` through filelock): the kernel releases them when the process dies,
 so a ``kill -9`` never leaves a stale lock that blocks the next run.
@@ -7,7 +7,7 @@ so a ``kill -9`` never leaves a stale lock that blocks the next run.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -30,8 +30,3 @@ def held(lock_file: Path, what: str, *, timeout: float = 0.0) -> Iterator[None]:
         yield
     finally:
         lock.release()
-
-
-def repository_lock(repo: Path, *, timeout: float = 0.0) -> AbstractContextManager[None]:
-    """The lock of one mirror repository (``.git/memsync/lock``)."""
-    return held(repo / ".git" / "memsync" / "lock", f"the mirror {repo}", timeout=timeout)
