@@ -19,6 +19,10 @@ Three figures, each from a real ``memsync daemon`` subprocess:
 Usage::
 
     python benchmarks/daemon_bench.py [--rounds 9] [--interval 2s] [--idle-seconds 30]
+        [--watcher auto|inotify|watchdog|poll] [--poll-interval 2s]
+
+``--watcher`` picks the daemon's backend (``daemon.watcher``); with ``poll`` the idle figure is the
+poller's own cost, also given per 1,000 files and minute.
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
         time.sleep(0.005)
 
 
+WATCHER = {"watcher": "auto", "poll_interval": "2s"}  # set from the command line by main()
+
+
 def write_config(folder: Path, base_url: str, include: list[str], interval: str, level: str) -> Path:
     config = folder / "memsync.toml"
     quoted = ", ".join(f'"{s}"' for s in include)
@@ -107,6 +114,7 @@ def write_config(folder: Path, base_url: str, include: list[str], interval: str,
         f'[api]\ndialect = "forward"\nbase_url = "{base_url}"\ntoken_env = "{TOKEN_ENV}"\n'
         f'[mirror]\nroot = "mirrors"\n[stores]\ninclude = [{quoted}]\n'
         f'[daemon]\ninterval = "{interval}"\njitter = "0s"\n'
+        f'watcher = "{WATCHER["watcher"]}"\npoll_interval = "{WATCHER["poll_interval"]}"\n'
         f'[log]\nformat = "json"\nlevel = "{level}"\n'
     )
     return config
@@ -245,7 +253,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--interval", default="2s", help="daemon.interval for the latency runs")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--watcher", choices=["auto", "inotify", "watchdog", "poll"], default="auto")
+    parser.add_argument("--poll-interval", default="2s", help="daemon.poll_interval with --watcher poll")
     args = parser.parse_args()
+    WATCHER.update(watcher=args.watcher, poll_interval=args.poll_interval)
     interval = parse_duration(args.interval)
 
     with tempfile.TemporaryDirectory(prefix="memsync-daemon-bench-") as tmp:
@@ -366,6 +377,16 @@ def main() -> None:
         f" (first import of all stores: {idle['first_import_s']}s)"
     )
     lines.append(f"first import of all stores, {LABEL}: {idle['first_import_peak']}")
+    if args.watcher == "poll":
+        per_minute = 60 / args.idle_seconds
+        idle_ms = idle["idle_cpu_ms"]
+        assert isinstance(idle_ms, int)
+        per_thousand = idle_ms * per_minute * 1000 / (STORES * FILES)
+        lines.append(
+            f"poll backend, every {args.poll_interval}: {per_thousand:.0f} ms of CPU per 1,000 files"
+            f" per minute (the idle figure above over {STORES * FILES} files)"
+        )
+    lines.insert(0, f"watcher backend: {args.watcher}")
     print("\n" + "\n".join(lines))
 
 

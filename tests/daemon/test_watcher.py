@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memsync.api import Client, Store
-from memsync.daemon._watcher import CheckoutWatcher
+from memsync.daemon._watcher import Backend, CheckoutWatcher
 from memsync.sync.pull import pull_store
 from tests.daemon.conftest import wait_for
 
@@ -52,16 +52,30 @@ class Recorder:
         return reported
 
 
-@pytest.fixture
+# Every backend runs through the same tests: watchdog on Linux uses its inotify emitter (FSEvents and
+# ReadDirectoryChangesW cannot run here), the poller stats every POLL seconds.
+BACKENDS: tuple[Backend, ...] = ("inotify", "watchdog", "poll")
+POLL = 0.05
+
+
+@pytest.fixture(params=BACKENDS)
 def watched(
+    request: pytest.FixtureRequest,
     mirrored: Callable[..., tuple[Store, Path]],
 ) -> Iterator[tuple[Store, Path, Recorder, CheckoutWatcher]]:
     store, checkout = mirrored()
     recorder = Recorder(checkout)
     watcher = CheckoutWatcher(
-        recorder.on_change, lambda s: s in recorder.busy, quiet=QUIET, max_wait=MAX_WAIT
+        recorder.on_change,
+        lambda s: s in recorder.busy,
+        quiet=QUIET,
+        max_wait=MAX_WAIT,
+        backend=request.param,
+        poll_interval=POLL,
+        fallback=False,
     )
     watcher.start()
+    assert watcher.backend == request.param
     assert watcher.watch(store.id, checkout)
     yield store, checkout, recorder, watcher
     watcher.stop()

@@ -26,8 +26,18 @@ log = logging.getLogger("memsync.daemon.watch")
 _SYMLINK = "symlink"  # a pseudo blob id: never equal to a base blob, so a symlink is reported once
 
 
+# Past this a file is no memory (at most 100 KiB): it is not read whole, only reported as changed, and
+# the push names why it refuses it.
+HASHED_BYTES = 1 << 20
+
+
 def file_blob_id(path: Path) -> str | None:
-    """The git blob id of the file at ``path`` (None if absent or a directory), without following links."""
+    """The git blob id of the file at ``path`` (None if absent or not a file), without following links.
+
+    Opened without blocking and checked again once open: a FIFO or device swapped in after the
+    ``lstat`` must not stall the watcher's thread. A file over :data:`HASHED_BYTES` gets a pseudo id
+    from its size and mtime, different from every blob's.
+    """
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -36,11 +46,25 @@ def file_blob_id(path: Path) -> str | None:
         return _SYMLINK
     if not stat.S_ISREG(info.st_mode):
         return None
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    )
     try:
-        with open(path, "rb") as handle:
-            return blob_id(handle.read())
-    except FileNotFoundError:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError:
+        return _SYMLINK if os.path.islink(path) else None  # swapped for a link: ELOOP
+    with os.fdopen(fd, "rb") as handle:
+        opened = os.fstat(handle.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            return None
+        if opened.st_size > HASHED_BYTES:
+            return f"large:{opened.st_size}:{opened.st_mtime_ns}"
+        data = handle.read(HASHED_BYTES + 1)
+    if len(data) > HASHED_BYTES:
+        return f"large:{len(data)}:{opened.st_mtime_ns}"
+    return blob_id(data)
 
 
 class CheckoutBaseline:

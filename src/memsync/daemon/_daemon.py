@@ -56,7 +56,13 @@ from memsync.daemon._state import (
     read_state,
     write_state,
 )
-from memsync.daemon._watcher import CheckoutWatcher, WatchUnavailable, checkout_folders, watch_budget
+from memsync.daemon._watcher import (
+    CheckoutWatcher,
+    WatchUnavailable,
+    checkout_folders,
+    native_backend,
+    watch_budget,
+)
 from memsync.errors import (
     EXIT_FAILED,
     EXIT_LOCKED,
@@ -268,7 +274,11 @@ class Daemon:
             submit=self._pool.submit,
             managed=self._managed_stores,
         )
-        self.metrics = DaemonMetrics(self._gauges, self.awareness.gauges if self.awareness else None)
+        self.metrics = DaemonMetrics(
+            self._gauges,
+            self.awareness.gauges if self.awareness else None,
+            watcher=lambda: None if self.watcher is None else self.watcher.backend,
+        )
         self.http: HttpEndpoint | None = None
         self._records: dict[str, _Record] = {}
         self._records_lock = threading.RLock()
@@ -342,46 +352,58 @@ class Daemon:
     def _start_watcher(self, selection: Selection | None) -> CheckoutWatcher | None:
         """The watcher of the checkouts, started; None when daemon.watch is off or it cannot watch.
 
-        Watching needs one inotify watch per folder of every checkout. When the checkouts there are
-        need more than the kernel's per-user limit leaves (or daemon.max_watches), the daemon does
-        not watch at all, says so loudly and goes on polling: a partial watch would make saves in
-        some stores slow for no visible reason.
+        The backend is ``daemon.watcher`` ("auto": inotify on Linux, watchdog elsewhere). With
+        inotify, watching needs one watch per folder of every checkout: when the checkouts need more
+        than the kernel's per-user limit leaves (or daemon.max_watches), the daemon does not watch
+        at all, says so loudly and goes on with the scheduled cycles: a partial watch would make
+        saves in some stores slow for no visible reason. A native backend that cannot start is
+        replaced by the stat poller, with a warning: a save is never left for the next cycle.
         """
         settings = self.config.daemon
         if not settings.watch:
             log.info("not watching the checkouts (daemon.watch = false): saves are picked up every interval")
             return None
-        root = self.config.mirror.root
-        checkouts = [root / store.id for store in (selection.stores if selection else [])]
-        needed = sum(
-            sum(1 for _ in checkout_folders(checkout))
-            for checkout in checkouts
-            if (checkout / ".git").is_dir()
-        )
-        budget = watch_budget(settings.max_watches)
-        available = budget.available
-        if available is not None and needed > available:
-            log.error(
-                "NOT WATCHING: the checkouts need %d inotify watches (one per folder), %d are"
-                " available; saves are picked up by the scheduled cycles only (every %gs). To watch: %s",
-                needed,
-                available,
-                settings.interval,
-                budget.advice(needed),
+        backend = native_backend() if settings.watcher == "auto" else settings.watcher
+        if backend == "inotify":
+            root = self.config.mirror.root
+            checkouts = [root / store.id for store in (selection.stores if selection else [])]
+            needed = sum(
+                sum(1 for _ in checkout_folders(checkout))
+                for checkout in checkouts
+                if (checkout / ".git").is_dir()
             )
-            return None
+            budget = watch_budget(settings.max_watches)
+            available = budget.available
+            if available is not None and needed > available:
+                log.error(
+                    "NOT WATCHING: the checkouts need %d inotify watches (one per folder), %d are"
+                    " available; saves are picked up by the scheduled cycles only (every %gs). To"
+                    " watch: %s",
+                    needed,
+                    available,
+                    settings.interval,
+                    budget.advice(needed),
+                )
+                return None
         watcher = CheckoutWatcher(
             self._saved,
             self.coordinator.busy,
             quiet=settings.debounce,
             max_wait=settings.max_wait,
+            backend=backend,
             max_watches=settings.max_watches,
+            poll_interval=settings.poll_interval,
         )
         try:
             watcher.start()
         except WatchUnavailable as exc:
             log.error("NOT WATCHING: %s; saves are picked up by the scheduled cycles only", exc)
             return None
+        log.info(
+            "watching the checkouts with %s%s",
+            watcher.backend,
+            f" (every {settings.poll_interval:g}s)" if watcher.backend == "poll" else "",
+        )
         return watcher
 
     def _watching(self, store_id: str) -> bool:

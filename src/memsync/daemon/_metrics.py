@@ -119,6 +119,22 @@ class _StoreCollector(Collector):
         yield from families.values()
 
 
+class _WatcherCollector(Collector):
+    """``memsync_watcher_backend{backend=…} 1``: which backend watches the checkouts ("none": none)."""
+
+    def __init__(self, read: Callable[[], str | None]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "memsync_watcher_backend",
+            "The backend watching the checkouts for saves: inotify, watchdog, poll, or none.",
+            labels=["backend"],
+        )
+        family.add_metric([self._read() or "none"], 1.0)
+        yield family
+
+
 class DaemonMetrics:
     """The daemon's metrics; :meth:`render` is the body of ``/metrics``."""
 
@@ -126,6 +142,8 @@ class DaemonMetrics:
         self,
         read_stores: Callable[[], list[StoreGauges]],
         read_views: Callable[[], list[ViewGauges]] | None = None,
+        *,
+        watcher: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.cycles = Counter(
@@ -158,6 +176,7 @@ class DaemonMetrics:
         self.registry.register(_StoreCollector(read_stores))
         if read_views is not None:
             self.registry.register(_ViewCollector(read_views))
+        self.registry.register(_WatcherCollector(watcher))
 
     def record(self, store_id: str, result: str, *, imported: int, pushed: int, seconds: float) -> None:
         if result == "locked":

@@ -1,0 +1,90 @@
+"""``daemon.watcher`` end to end: a real ``memsync daemon`` per backend takes a save to the store, says
+which backend runs in its log and in ``/metrics``; where inotify cannot start (the kernel's instance
+limit reached: a real fault, made with the sysctl), ``auto`` falls back to polling with a warning, not
+a ``NOT WATCHING`` error."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memsync.api import Client
+from tests.daemon.conftest import wait_for
+from tests.daemon.test_fleet import Running, all_idle, daemons, make_stores, start
+from tests.support.server import ServerProcess
+
+__all__ = ["daemons"]  # the fixture, shared with test_fleet
+
+INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _save_reaches_the_store(running: Running, client: Client, root: Path, store_id: str) -> None:
+    wait_for(lambda: all_idle(running, root, [store_id]), what="the first cycle", timeout=60)
+    (root / store_id / "notes" / "n0.md").write_text("saved in an editor\n", encoding="utf-8")
+
+    def arrived() -> bool:
+        listed = client.find_memory(store_id, "notes/n0.md")
+        assert listed is not None
+        return client.get_memory(store_id, listed.id).content == "saved in an editor\n"
+
+    wait_for(arrived, what="the save to reach the store", timeout=30)
+
+
+@pytest.mark.parametrize("backend", ["watchdog", "poll"])
+def test_each_backend_takes_a_save_to_the_store_and_names_itself(
+    backend: str, tmp_path: Path, server: ServerProcess, client: Client, daemons: list[Running]
+) -> None:
+    prefix, (store_id,) = make_stores(client, 1)
+    port = _port()
+    running = start(
+        tmp_path,
+        server,
+        prefix,
+        daemons,
+        extra=f'watcher = "{backend}"\npoll_interval = "0.2s"\n[daemon.http]\nlisten = "127.0.0.1:{port}"',
+    )
+    _save_reaches_the_store(running, client, tmp_path / "mirrors", store_id)
+    assert running.logged(f"watching the checkouts with {backend}")
+    assert not running.logged("NOT WATCHING")
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert f'memsync_watcher_backend{{backend="{backend}"}} 1.0' in metrics
+
+
+@contextmanager
+def _inotify_instances(limit: int) -> Iterator[None]:
+    before = INSTANCES.read_text()
+    INSTANCES.write_text(f"{limit}\n")
+    try:
+        yield
+    finally:
+        INSTANCES.write_text(before)
+
+
+def test_auto_falls_back_to_polling_where_inotify_cannot_start(
+    tmp_path: Path, server: ServerProcess, client: Client, daemons: list[Running]
+) -> None:
+    try:
+        INSTANCES.write_text(INSTANCES.read_text())  # root in the initial namespace only
+    except OSError as exc:
+        pytest.skip(f"cannot set the kernel's inotify instance limit here: {exc}")
+    prefix, (store_id,) = make_stores(client, 1)
+    with _inotify_instances(0):
+        running = start(tmp_path, server, prefix, daemons, extra='poll_interval = "0.2s"')
+        wait_for(
+            lambda: running.logged("watching the checkouts with"), what="the watcher to start", timeout=60
+        )
+    assert running.logged("the inotify watcher cannot run")
+    assert running.logged("watching the checkouts with poll")
+    assert not running.logged("NOT WATCHING")
+    _save_reaches_the_store(running, client, tmp_path / "mirrors", store_id)
