@@ -180,7 +180,8 @@ def measure_save(
         target.write_text(content)
         if push_works is not False:
             # Polled every 20 ms: the figure is at most that much late.
-            deadline = time.monotonic() + 5.0
+            polled = WATCHER["watcher"] == "poll"
+            deadline = time.monotonic() + 5.0 + (parse_duration(WATCHER["poll_interval"]) if polled else 0)
             while time.monotonic() < deadline and not on_server(content):
                 time.sleep(0.02)
             if on_server(content):

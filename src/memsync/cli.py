@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
+from memsync.config import default_config_path
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError, UserError, storage_fault
 
 
@@ -52,8 +53,8 @@ def _hoist_config(argv: list[str]) -> tuple[list[str], str | None]:
     "--config",
     metavar="FILE",
     expose_value=False,
-    help="The config file (default: $MEMSYNC_CONFIG, else memsync.toml in the platform's config"
-    " folder); before or after the subcommand.",
+    help="The config file (default: $MEMSYNC_CONFIG, else "
+    f"{default_config_path()}); before or after the subcommand.",
 )
 @click.pass_context
 def cli(ctx: click.Context) -> None:
@@ -653,13 +654,9 @@ def _daemon_state(state: Any) -> dict[str, Any] | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from memsync.processes import process_alive
+
+    return process_alive(pid)
 
 
 def _describe_status(report: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ import fnmatch
 import ipaddress
 import os
 import stat
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,7 +296,16 @@ def read_token_file(path: Path, mirror_root: Path) -> str:
         info = resolved.stat()
     except OSError as exc:
         raise ConfigError(f"api.token_file: cannot read {path}: {exc.strerror}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if sys.platform == "win32":
+        # Windows keeps no POSIX mode bits (every file shows 0o666 or 0o444): what keeps a file
+        # private there is its folder's ACL, and a profile folder's grants its owner alone.
+        home = Path.home().resolve()
+        if home not in resolved.parents:
+            raise ConfigError(
+                f"api.token_file: {path} is outside your profile folder {home}, whose permissions"
+                " keep it private; move it there (e.g. the platform's config folder)"
+            )
+    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
     value = resolved.read_text(encoding="utf-8").strip()
     if not value:

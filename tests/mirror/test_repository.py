@@ -26,6 +26,8 @@ def test_init_makes_a_plain_repository_with_main_checked_out(new_mirror: NewMirr
     expected = {
         "core.autocrlf": "false",
         "core.filemode": "false",
+        "core.longpaths": "true",
+        "core.fsync": "committed",
         "branch.main.remote": "memstore",
         "branch.main.merge": "refs/heads/main",
         "remote.memstore.fetch": "+refs/heads/main:refs/remotes/memstore/main",

@@ -12,6 +12,7 @@ installs them); without them each test skips and says which is missing.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import stat
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from memsync.api import Client, open_client
+from memsync.daemon._watcher import CheckoutWatcher
 from memsync.mirror import decode_path
 from memsync.rules import Dialect
 from memsync.sync.permissions import exposure
@@ -185,3 +187,26 @@ def test_a_root_on_a_filesystem_without_modes_is_not_warned_about(mount: Path) -
     assert stat.S_IMODE(root.stat().st_mode) & 0o077  # exposed, by the look of its modes
     assert exposure(root, group_readable=False) is None
     assert sorted(p.name for p in root.iterdir()) == []  # the probe left nothing behind
+
+
+def test_the_watchdog_watcher_hears_a_save_on_it(mount: Path, client: Client) -> None:
+    # The daemon's watcher as on a laptop (watchdog; its inotify emitter here): a save of the file
+    # whose name only differs in case is reported by its spelling, and nothing else is.
+    side = _seeded(client, mount / f"mirrors-{uuid.uuid4().hex[:6]}")
+    side.synced()
+    changes: queue.Queue[list[str]] = queue.Queue()
+    watcher = CheckoutWatcher(
+        lambda _, paths: changes.put(paths),
+        lambda _: False,
+        quiet=0.1,
+        max_wait=2.0,
+        backend="watchdog",
+        fallback=False,
+    )
+    watcher.start()
+    try:
+        assert watcher.backend == "watchdog" and watcher.watch(side.store.id, side.repo)
+        (side.repo / "notes" / "%52eadme.md").write_text("saved on a laptop\n", encoding="utf-8")
+        assert changes.get(timeout=30) == ["notes/%52eadme.md"]
+    finally:
+        watcher.stop()

@@ -472,7 +472,13 @@ class Daemon:
     def run(self) -> tuple[int, list[str]]:
         """start, wait for SIGTERM/SIGINT (or every store paused), stop: (exit code, abandoned)."""
         # Handlers first: a signal that lands while the daemon starts still stops it cleanly.
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        # Ctrl-Break is how a Windows console asks a program to stop (SIGBREAK exists only there).
+        stopping = [
+            signal.SIGTERM,
+            signal.SIGINT,
+            *([signal.SIGBREAK] if hasattr(signal, "SIGBREAK") else []),
+        ]
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in stopping}
         try:
             self.start()
             try:

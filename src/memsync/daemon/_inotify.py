@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import select
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -114,6 +115,8 @@ def watch_budget(configured: int | None) -> WatchBudget:
 
 def _watches_in_use() -> int:
     """inotify watches the processes of this user hold (the kernel's limit is per user)."""
+    if sys.platform != "linux":
+        return 0
     uid = os.getuid()
     used = 0
     try:
@@ -308,6 +311,8 @@ class InotifySource:
         Linux only, where poll has no descriptor-number limit as select has.)
         """
         assert self._inotify is not None and self._wake is not None
+        if sys.platform != "linux":
+            return  # start() refuses elsewhere; said here too, for mypy --platform
         poller = select.poll()
         poller.register(self._inotify.fileno(), select.POLLIN)
         poller.register(self._wake[0], select.POLLIN)

@@ -24,7 +24,7 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, Repositor
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitstore import replace_file
+from memsync.mirror.gitstore import make_durable, replace_file, sync_folder
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 
@@ -174,7 +174,12 @@ def _marked_checkout(
         callbacks=callbacks,
         paths=paths,
     )
+    # The files durable before the intent goes: after a power cut, a file the checkout wrote that
+    # came back empty or short must still be memsync's to settle, never taken for the user's edit.
+    written = paths if paths is not None else _changed_paths(mirror, intent[0], intent[1])
+    make_durable(mirror.workdir, written)
     mark.unlink()
+    sync_folder(mark.parent)
 
 
 def _killed_checkout(mirror: GitStore) -> float | None:

@@ -14,8 +14,8 @@ change to any ref memsync reads.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -125,9 +125,13 @@ class FastImport:
             bufsize=STREAM_BUFFER,
         )
         assert self._process.stdin is not None
-        # Linux only; where the system's ceiling is lower, the pipe keeps its size.
-        with contextlib.suppress(OSError, AttributeError):
-            fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        # Linux only (fcntl does not exist on Windows; F_SETPIPE_SZ nowhere else); where the
+        # system's ceiling is lower, the pipe keeps its size.
+        if sys.platform.startswith("linux"):
+            import fcntl
+
+            with contextlib.suppress(OSError, AttributeError):
+                fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._stdin: IO[bytes] = self._process.stdin
         self._marks = 0
         self.bytes_written = 0

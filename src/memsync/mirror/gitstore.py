@@ -9,11 +9,14 @@ reads; git's own programs write packs; memsync encodes none of git's formats.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
+import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
@@ -25,6 +28,12 @@ from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.paths import decode_path, segment_spellings
+from memsync.processes import process_alive
+
+# libgit2 fsyncs the objects, refs and index it writes in a repository's git folder, as git does with
+# core.fsync (set in every mirror's config): a ref that commits a batch never survives a power cut
+# that its objects did not. Process-wide, and set where libgit2 is first used by memsync.
+pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
 
 # How many open packs a repository may hold before git merges them (see GitStore.repack), and the
 # size at which a pack is sealed: never rewritten again.
@@ -672,13 +681,7 @@ def _delete_pack(pack: Path) -> None:
 
 def process_gone(pid: int) -> bool:
     """Whether no process has this id (one alive under another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):
-        return False
-    return False
+    return not process_alive(pid)
 
 
 # The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
@@ -712,10 +715,113 @@ def replace_file(path: Path, data: bytes) -> None:
     two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`)."""
     temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        with open(temporary, "wb") as out:
+            out.write(data)
+            out.flush()
+            # Durable before it is renamed over the old file: after a power cut the name holds the
+            # old content or the new, never an empty file (ext4, XFS and APFS may reorder them).
+            os.fsync(out.fileno())
+        replace_over(temporary, path)
+        sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)  # gone already once renamed
+
+
+def sync_folder(folder: Path) -> None:
+    """Make the names in ``folder`` durable (a rename, a create, an unlink); a no-op on Windows,
+    whose filesystems cannot open a folder to flush it and journal names with their data."""
+    if sys.platform == "win32":
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EBADF):  # filesystems that cannot sync a folder
+            raise
+    finally:
+        os.close(fd)
+
+
+# Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
+_SYNC_EACH_UP_TO = 64
+
+
+def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
+    """Make the files at ``tree_paths`` under ``root`` (and their folders' names) durable: what a
+    checkout wrote, before its intent is removed. Gone or unreadable files are skipped: a later
+    run settles what is missing."""
+    paths = sorted(set(tree_paths))
+    if len(paths) > _SYNC_EACH_UP_TO and _syncfs(root):
+        return
+    folders = {root}
+    for tree_path in paths:
+        full = root / tree_path
+        folders.add(full.parent)
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in sorted(folders):
+        sync_folder(folder)
+
+
+def _syncfs(root: Path) -> bool:
+    """Flush the filesystem holding ``root`` (Linux's syncfs); False where there is none."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(root, os.O_RDONLY)
+    except (OSError, AttributeError):
+        return False
+    try:
+        return bool(libc.syncfs(fd) == 0)
+    finally:
+        os.close(fd)
+
+
+# On Windows a file another program holds open (an editor, a virus scanner, a search indexer) cannot
+# be replaced until it lets go, usually within moments: a few tries, 50 ms apart and doubling.
+REPLACE_ATTEMPTS = 5
+REPLACE_FIRST_WAIT = 0.05
+
+
+def replace_over(
+    source: Path,
+    target: Path,
+    *,
+    replace: Callable[[Path, Path], None] = os.replace,
+    sleep: Callable[[float], None] = time.sleep,
+    retry: bool = sys.platform == "win32",
+) -> None:
+    """``os.replace(source, target)``; where a file held open cannot be replaced (Windows), tried
+    again a few times, then refused with the file named. POSIX replaces open files: one try."""
+    wait = REPLACE_FIRST_WAIT
+    for attempt in range(1, REPLACE_ATTEMPTS + 1):
+        try:
+            replace(source, target)
+            return
+        except PermissionError as exc:
+            if not retry:
+                raise
+            if attempt == REPLACE_ATTEMPTS:
+                raise PermissionError(
+                    exc.errno,
+                    f"{target} is held open by another program (an editor, a virus scanner?) and could"
+                    f" not be replaced after {REPLACE_ATTEMPTS} tries: close it and run again",
+                    str(target),
+                ) from None
+            sleep(wait)
+            wait *= 2
 
 
 def temporary_beside(path: Path) -> Path:

@@ -70,6 +70,11 @@ PLAIN_CHECKOUT: dict[str, str] = {
     "core.symlinks": "false",
     "core.ignorecase": "false",
     "core.precomposeunicode": "false",
+    # git for Windows: paths past Windows' 260-character limit (memory paths may be 1,024 bytes).
+    "core.longpaths": "true",
+    # git 2.36 and later fsyncs the objects and refs it writes (older git ignores the key): an
+    # imported batch's pack and the ref that commits it survive a power cut together.
+    "core.fsync": "committed",
     # A global ignore file must not hide a new memory from the push (only info/exclude counts).
     "core.excludesfile": "/dev/null",
 }

@@ -272,13 +272,26 @@ class _NotRegular(Exception):
     """A file that is never read (a link, a fifo, ...); its kind (:class:`WorktreeFile`) is ``args[0]``."""
 
 
+# O_NOFOLLOW and O_NONBLOCK do not exist on Windows, where a link is no file to open by mistake and
+# a fifo cannot sit in a folder; the fstat below still refuses anything but a regular file.
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
     """``(sha256, size, bytes)`` of a regular file; bytes are None for a file too large to be a memory.
 
     Never through a symlink and never blocking on a fifo (:class:`_NotRegular` names what it is).
     """
+    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(full):
+        raise _NotRegular("symlink")  # checked by hand where the flag cannot (a race git shares)
     try:
-        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(full, _READ_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _NotRegular("symlink") from None
