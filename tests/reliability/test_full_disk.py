@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from memsync.api import Client, Store, open_client
 from memsync.rules import Dialect
-from tests.reliability.harness import GitOracle, MemsyncCli, write_config
+from tests.reliability.harness import GitOracle, MemsyncCli, wait_until, write_config
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -181,3 +183,80 @@ def test_a_read_only_filesystem_is_named_with_its_fix_and_nothing_is_lost(
     oracle = GitOracle(repo)
     assert oracle.text("status", "--porcelain") == ""
     oracle.fsck()
+
+
+def test_the_daemon_on_a_full_disk_backs_off_reports_and_recovers_by_itself(
+    small_disk: Path, server: ServerProcess, store: tuple[Client, Store], tmp_path: Path
+) -> None:
+    _, made = store
+    cli = _cli(small_disk, server, made, tmp_path)
+    _full_during_checkout(small_disk, cli, made)
+    port = _free_port()
+    config = cli.config
+    config.write_text(
+        config.read_text(encoding="utf-8")
+        + '[daemon]\ninterval = "2s"\njitter = "0s"\nmax_failures = 2\n'
+        + f'[daemon.http]\nlisten = "127.0.0.1:{port}"\n',
+        encoding="utf-8",
+    )
+    daemon = subprocess.Popen(
+        cli.command("daemon"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli.environment(),
+        cwd=config.parent,
+    )
+    try:
+
+        def health() -> tuple[int, dict[str, object]] | None:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            except httpx.TransportError:
+                return None
+            return answer.status_code, answer.json()
+
+        # Failing, and past max_failures: still retried, never paused, and said so.
+        wait_until(
+            lambda: (
+                (h := health()) is not None
+                and h[1].get("status") == "storage-fault"
+                and _failures(port, made.id) >= 3
+            ),
+            timeout=120,
+            what="the daemon to report the full disk past max_failures",
+        )
+        code, document = health() or (0, {})
+        assert code == 503 and document["paused"] == []
+        faults = document["storage_faults"]
+        assert isinstance(faults, dict) and "the disk is full" in str(faults[made.id])
+        assert f'memsync_storage_fault{{store="{made.id}"}} 1.0' in _metrics(port)
+
+        _resize(small_disk, ROOMY)
+        wait_until(lambda: (h := health()) is not None and h[0] == 200, timeout=120, what="recovery")
+        assert f'memsync_storage_fault{{store="{made.id}"}} 0.0' in _metrics(port)
+    finally:
+        daemon.terminate()
+        _, errors = daemon.communicate(timeout=60)
+    assert "retrying in" in errors and "the disk is full" in errors and "Traceback" not in errors
+    oracle = GitOracle(small_disk / "mirrors" / made.id)
+    assert oracle.ref("refs/heads/main") == oracle.ref("refs/remotes/memstore/main")
+    assert oracle.text("status", "--porcelain") == ""
+    oracle.fsck()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _metrics(port: int) -> str:
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+
+
+def _failures(port: int, store_id: str) -> float:
+    for line in _metrics(port).splitlines():
+        if line.startswith(f'memsync_consecutive_failures{{store="{store_id}"}}'):
+            return float(line.split()[-1])
+    return 0.0

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from memsync.errors import storage_fault_hint
+
 log = logging.getLogger("memsync.daemon")
 
 
@@ -282,7 +284,11 @@ class CycleCoordinator:
             slot.not_before = 0.0
             return
         slot.failures += 1
-        if slot.failures >= self.max_failures:
+        # A full, read-only or failing disk is the machine's fault, not the store's: pausing would
+        # leave the store stopped after the disk is mended, so it keeps retrying at the backoff cap
+        # (about one interval) and recovers by itself; /healthz and the metrics say meanwhile.
+        on_disk = result.error is not None and storage_fault_hint(result.error) is not None
+        if slot.failures >= self.max_failures and not on_disk:
             slot.paused = True
             slot.pause_reason = (
                 f"{slot.failures} failed cycles in a row; last error: {result.error or 'unknown'}"

@@ -71,6 +71,7 @@ from memsync.errors import (
     LockHeld,
     MemsyncError,
     combine_exit_codes,
+    storage_fault_hint,
 )
 from memsync.mirror import escape_for_terminal
 from memsync.sync.cycle import CycleReport, run_cycle
@@ -218,6 +219,8 @@ class _Record:
     blocked: str | None = None
     removed_reason: str | None = None
     running_since: datetime | None = None
+    # The last cycle failed on the local disk (full, read-only, I/O error): its message, with the fix.
+    storage_fault: str | None = None
 
 
 class Daemon:
@@ -690,6 +693,11 @@ class Daemon:
                 pushed=report.pushed if report else 0,
                 error=result.error,
             )
+            failed = result.outcome not in (Outcome.SUCCESS, Outcome.NOOP, Outcome.LOCKED)
+            if failed and result.error and storage_fault_hint(result.error) is not None:
+                record.storage_fault = result.error
+            elif result.outcome is not Outcome.LOCKED:
+                record.storage_fault = None
             if result.outcome in (Outcome.SUCCESS, Outcome.NOOP):
                 record.last_success = started
                 if request.full_scan:
@@ -844,8 +852,16 @@ class Daemon:
         views = self.coordinator.views()
         paused = sorted(sid for sid, view in views.items() if view.paused)
         document: dict[str, Any] = {"stores": len(views), "paused": paused}
+        with self._records_lock:
+            faults = {sid: r.storage_fault for sid, r in self._records.items() if r.storage_fault}
+        if faults:
+            document["storage_faults"] = faults
         if paused:
             return 503, {"status": "paused", **document}
+        if faults:
+            # Not ready while the disk refuses writes; the stores retry on their backoff and this
+            # clears with the first cycle that succeeds. (A restart would not free the disk.)
+            return 503, {"status": "storage-fault", **document}
         if not self._first_success.is_set():
             return 503, {"status": "starting", **document}
         return 200, {"status": "ok", **document}
@@ -866,6 +882,7 @@ class Daemon:
                     paused=view.paused,
                     consecutive_failures=view.failures,
                     last_success_timestamp=record.last_success.timestamp() if record.last_success else None,
+                    storage_fault=record.storage_fault is not None,
                 )
             )
         return gauges

@@ -26,6 +26,7 @@ class StoreGauges:
     paused: bool
     consecutive_failures: int
     last_success_timestamp: float | None
+    storage_fault: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,15 @@ class _StoreCollector(Collector):
                 "Unix time of the start of the last successful cycle.",
                 labels=["store"],
             ),
+            "storage": GaugeMetricFamily(
+                "memsync_storage_fault",
+                "1 while the store's last cycle failed on the local disk (full, read-only, I/O error).",
+                labels=["store"],
+            ),
         }
         for store in stores:
             labels = [store.store_id]
+            families["storage"].add_metric(labels, 1.0 if store.storage_fault else 0.0)
             families["conflicts"].add_metric(labels, store.open_conflicts)
             families["rejected"].add_metric(labels, store.rejected_files)
             families["paused"].add_metric(labels, 1.0 if store.paused else 0.0)
