@@ -55,6 +55,13 @@ class ApiConfig(_Section):
     token_env: str | None = None
     token_file: Path | None = None
     timeout: Seconds = 30.0
+    # A proxy URL for the API's requests; unset: HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY.
+    proxy: str | None = None
+    # A PEM bundle of the certificates to trust (a corporate TLS inspection's root); unset:
+    # SSL_CERT_FILE / SSL_CERT_DIR when set, else the bundled certifi roots.
+    ca_bundle: Path | None = None
+    # Plain http:// to a host other than this machine sends the token in cleartext: refused unless true.
+    allow_plain_http: bool = False
 
     @field_validator("base_url")
     @classmethod
@@ -62,6 +69,18 @@ class ApiConfig(_Section):
         if not value.startswith(("http://", "https://")):
             raise ValueError('must start with http:// or https://, e.g. "http://127.0.0.1:8765"')
         return value.rstrip("/")
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://", "socks5://", "socks5h://")):
+            raise ValueError('must be a proxy URL, e.g. "http://proxy.example.com:3128"')
+        return value or None
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _expand_bundle(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
     @model_validator(mode="after")
     def _one_token_source(self) -> ApiConfig:
@@ -349,8 +368,13 @@ def parse_config(data: dict[str, Any], *, source: Path | None = None) -> Config:
         updates: dict[str, Any] = {"source": source}
         if not config.mirror.root.is_absolute():
             updates["mirror"] = config.mirror.model_copy(update={"root": base / config.mirror.root})
+        api: dict[str, Path] = {}
         if config.api.token_file is not None and not config.api.token_file.expanduser().is_absolute():
-            updates["api"] = config.api.model_copy(update={"token_file": base / config.api.token_file})
+            api["token_file"] = base / config.api.token_file
+        if config.api.ca_bundle is not None and not config.api.ca_bundle.is_absolute():
+            api["ca_bundle"] = base / config.api.ca_bundle
+        if api:
+            updates["api"] = config.api.model_copy(update=api)
         config = config.model_copy(update=updates)
     return config
 

@@ -24,6 +24,7 @@ import math
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -92,11 +93,15 @@ class Client:
         fetch_max_concurrency: int = DEFAULT_FETCH_MAX_CONCURRENCY,
         max_connections: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        proxy: str | None = None,
+        ca_bundle: Path | None = None,
+        allow_plain_http: bool = False,
     ) -> None:
         """``fetch_concurrency``: requests in flight in :meth:`fetch_contents`; None adapts it to the
         observed latency, up to ``fetch_max_concurrency``. ``max_connections``: the connection pool's
         size (default: one fetch's requests in flight, plus 4); a client whose :meth:`share` copies
-        work for N stores at once wants N times that. ``transport`` replaces the network (tests)."""
+        work for N stores at once wants N times that. ``transport`` replaces the network (tests).
+        ``proxy`` (else the environment's), ``ca_bundle`` and ``allow_plain_http``: memsync.api._network."""
         self._dialect = Dialect(dialect)
         self._wire = Wire(self._dialect)
         self._http = Transport(
@@ -108,6 +113,9 @@ class Client:
             max_body_bytes=max_body_bytes,
             max_connections=max_connections or max(fetch_max_concurrency, fetch_concurrency or 1) + 4,
             transport=transport,
+            proxy=proxy,
+            ca_bundle=ca_bundle,
+            allow_plain_http=allow_plain_http,
         )
         self._max_pages = max_pages
         self._fetch_concurrency = fetch_concurrency

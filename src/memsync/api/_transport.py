@@ -20,8 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -35,6 +35,7 @@ from memsync.api._errors import (
     one_line,
     translated_transport_errors,
 )
+from memsync.api._network import check_plain_http, display_url, transport_for
 from memsync.api._wire import Wire
 
 log = logging.getLogger("memsync.api")
@@ -91,16 +92,6 @@ class _Failed:
     retry_after: float | None = None
 
 
-def display_url(url: str) -> str:
-    """``url`` without user information, fit for reprs and messages."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def retry_after_hint(headers: httpx.Headers, now: Callable[[], float] = time.time) -> float | None:
     """Seconds the server asks to wait: ``Retry-After-Ms``, else ``Retry-After`` (seconds or HTTP date)."""
     millis = headers.get("retry-after-ms")
@@ -137,6 +128,9 @@ class Transport:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_connections: int = 32,
         transport: httpx.BaseTransport | None = None,
+        proxy: str | None = None,
+        ca_bundle: Path | None = None,
+        allow_plain_http: bool = False,
     ) -> None:
         if not token:
             raise ValueError("the API token is empty; config resolves it from token_env or token_file")
@@ -146,6 +140,8 @@ class Transport:
                 "the API token contains white space or characters an HTTP header cannot carry;"
                 " check token_env / token_file (a trailing newline?)"
             )
+        if transport is None:  # an injected transport replaces the network: no token crosses one
+            check_plain_http(base_url, allowed=allow_plain_http)
         root = base_url.rstrip("/")
         if not root.endswith(wire.prefix):
             root += wire.prefix
@@ -165,8 +161,8 @@ class Transport:
             {"user-agent": USER_AGENT, "accept": "application/json", **wire.auth_headers(token)}
         )
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
-        self._transport = transport or httpx.HTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._transport = transport or transport_for(
+            root, max_connections=max_connections, proxy=proxy, ca_bundle=ca_bundle
         )
         # A transport made by share() sends over its original's connections; only the original closes them.
         self._owns_connections = True
@@ -223,13 +219,13 @@ class Transport:
                 return outcome
             failure = outcome.error
             if not outcome.retryable or attempt >= policy.max_attempts:
-                raise failure
+                raise self._named(failure, attempt, policy.clock() - started)
             hint = outcome.retry_after
             if hint is not None and hint > policy.max_retry_after:
                 raise failure
             delay = hint if hint is not None else policy.backoff(attempt)
             if policy.clock() - started + delay > policy.max_elapsed:
-                raise failure
+                raise self._named(failure, attempt, policy.clock() - started)
             log.info(
                 "retrying %s in %.2fs after attempt %d of %d failed: %s",
                 what,
@@ -245,6 +241,18 @@ class Transport:
                 settled = before_retry()
                 if settled is not None:
                     return Answer(status=200, data={}, request_id=None, attempts=attempt, settled=settled)
+
+    def _named(self, failure: Failure, attempts: int, seconds: float) -> Failure:
+        """A connection that never answered names where it was going, what was tried, and what to
+        check; other failures stay as they are (the server answered: its words say enough)."""
+        if isinstance(failure, TransportError) and failure.retryable:
+            failure.message = (
+                f"cannot reach {display_url(self.base_url)} ({failure.message}; {attempts}"
+                f" attempt(s) over {seconds:.0f}s): check that the server is running and reachable,"
+                " api.base_url, and the proxy settings (HTTPS_PROXY, NO_PROXY, api.proxy)"
+            )
+            failure.args = (failure.message,)
+        return failure
 
     def _send_once(
         self,

@@ -25,9 +25,11 @@ def client_for(config: Config, **options: object) -> Client:
     :meth:`Client.share` copy (memsync.sync.fleet).
     """
     options.setdefault("max_connections", CONNECTIONS_PER_STORE * config.fleet.concurrency)
-    return open_client(
-        config.api.dialect, config.api.base_url, config.token(), timeout=config.api.timeout, **options
-    )
+    api = config.api
+    options.setdefault("proxy", api.proxy)
+    options.setdefault("ca_bundle", api.ca_bundle)
+    options.setdefault("allow_plain_http", api.allow_plain_http)
+    return open_client(api.dialect, api.base_url, config.token(), timeout=api.timeout, **options)
 
 
 @dataclass

@@ -1,0 +1,110 @@
+"""How requests reach the API: directly or through a proxy, with which certificates, and never with
+the token in cleartext across a network.
+
+httpx's ``Client`` reads ``HTTPS_PROXY`` and friends, but memsync sends through an
+``httpx.HTTPTransport`` directly (memsync.api._transport says why), which reads none of them. A client
+talks to one host, so the route is chosen once, when the client is made: the proxy the environment
+(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, in either case, as curl reads them; on
+macOS and Windows the system's settings too, through :func:`urllib.request.getproxies`) or
+``api.proxy`` names for that host, or none. One transport, one pool: the fast path is the same with a
+proxy as without. Loopback never goes through a proxy: a proxy elsewhere would reach its own.
+
+Certificates: httpx trusts ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set, else certifi's bundle;
+``api.ca_bundle`` names a PEM bundle instead (a corporate TLS inspection's root).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import ssl
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from memsync.errors import ConfigError
+
+log = logging.getLogger("memsync.api")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine: ``localhost`` (and ``*.localhost``), 127/8, ``::1``."""
+    name = host.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plain_http(base_url: str, *, allowed: bool) -> None:
+    """Refuse a plain ``http://`` base URL on another machine unless the config allows it by name."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or is_loopback(parts.hostname or "") or allowed:
+        return
+    raise ConfigError(
+        f"api.base_url is {display_url(base_url)}: plain http:// to another machine would send"
+        " the API token across the network in cleartext, where anyone on the way can read and reuse"
+        " it. Use https://, or, on a network you trust, set api.allow_plain_http = true"
+    )
+
+
+def proxy_for(base_url: str, configured: str | None = None) -> str | None:
+    """The proxy requests to ``base_url`` go through, or None for a direct connection."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if is_loopback(host):
+        return None
+    if configured:
+        return configured
+    proxies = urllib.request.getproxies()
+    if not proxies:
+        return None
+    if urllib.request.proxy_bypass(f"{host}:{parts.port}" if parts.port else host):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all") or None
+
+
+def display_url(url: str) -> str:
+    """``url`` with any ``user:password@`` removed: what a log line or a message may show."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def transport_for(
+    base_url: str,
+    *,
+    max_connections: int,
+    proxy: str | None = None,
+    ca_bundle: Path | None = None,
+) -> httpx.HTTPTransport:
+    """The one transport a client sends through: its pool, its route, its certificates."""
+    verify: ssl.SSLContext | bool = True
+    if ca_bundle is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(ca_bundle))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"api.ca_bundle: cannot load certificates from {ca_bundle}: {exc}; name a readable PEM"
+                " file (the certificate of the CA your network's TLS inspection uses)"
+            ) from None
+    route = proxy_for(base_url, proxy)
+    if route is not None:
+        log.info("requests to %s go through the proxy %s", urlsplit(base_url).hostname, display_url(route))
+    try:
+        return httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            verify=verify,
+            proxy=route,
+        )
+    except ValueError as exc:  # a proxy URL httpx cannot use (an unknown scheme)
+        raise ConfigError(f"the proxy {display_url(route or '')} cannot be used: {exc}") from None
