@@ -18,6 +18,26 @@ settings.register_profile("soak", max_examples=3000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# What makes a test end-to-end: a process boundary (the reference server, the memsync CLI, a daemon,
+# kills) or a real mount. The rest (the mirror against real git repositories, rules, config, the
+# engine's pure parts, fuzzed pure properties) is the inner loop: `pytest -m "not e2e"`.
+_E2E_FIXTURES = {"server", "server_factory"}
+_E2E_FOLDERS = {"reliability", "platforms", "sdk", "daemon", "backup", "push", "sync", "awareness", "server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(root).parts
+        uses = set(getattr(item, "fixturenames", ()))
+        if (
+            uses & _E2E_FIXTURES
+            or parts[0] in _E2E_FOLDERS
+            or parts[-1] in ("test_cli.py", "test_kubernetes.py")
+        ):
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The real git binary is our oracle: give it a clean, known configuration."""

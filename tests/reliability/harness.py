@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,7 +307,12 @@ def git_dir_own_files(repo: Path) -> dict[str, str]:
     own: dict[str, str] = {}
     for name in ("config", "HEAD", "description"):
         path = git_dir / name
-        own[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+        data = path.read_bytes() if path.exists() else b"absent"
+        if name == "config":
+            # memsync.apibase is where the mirror's store was last listed: a server started again on
+            # another port moves it, and memsync records that (the mirror's origin) by design.
+            data = re.sub(rb"(?m)^\s*apibase = .*\n", b"", data)
+        own[name] = hashlib.sha256(data).hexdigest()
     for folder in ("hooks", "info"):
         for path in sorted((git_dir / folder).rglob("*")):
             if path.is_file():

@@ -5,7 +5,7 @@ SQLite's I/O-error tests do. After each faulted run a plain rerun must converge:
 loss, nothing pushed twice, no false conflict or local change, the commit ids of a fault-free run,
 ``git fsck`` clean.
 
-CI runs a seeded sample of the points (``MEMSYNC_FAULT_POINTS``, default 6 per scenario and errno);
+CI runs a seeded sample of the points (``MEMSYNC_FAULT_POINTS``, default 4 per scenario and errno);
 ``MEMSYNC_FAULT_POINTS=all`` sweeps every point, the soak's budget (docs/reliability.md).
 """
 
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(900)
 
 SYSCALLS = ("write", "pwrite64", "rename", "fdatasync", "fsync")
 ERRNOS = ("ENOSPC", "EIO")
-BUDGET = os.environ.get("MEMSYNC_FAULT_POINTS", "6")
+BUDGET = os.environ.get("MEMSYNC_FAULT_POINTS", "4")
 SEED = int(os.environ.get("MEMSYNC_FAULT_SEED", "2026"))
 FILES = 20
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pygit2
 
+from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import GitStore
 
 _DIALECT = "memsync.dialect"
@@ -49,6 +50,8 @@ def record_origin(store: GitStore, origin: Origin) -> Origin | None:
     except KeyError:
         before = None
     if before != origin:
-        config[_DIALECT] = origin.dialect
-        config[_API_BASE] = origin.api_base
+        # libgit2 writes the config whole and renames it over: a full disk fails it here, named.
+        with translated(f"recording the mirror's origin in {store.git_dir / 'config'}"):
+            config[_DIALECT] = origin.dialect
+            config[_API_BASE] = origin.api_base
     return before if before is not None and before != origin else None
