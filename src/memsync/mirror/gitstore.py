@@ -565,7 +565,9 @@ class GitStore:
             return [], []
 
     def _save_packs_record(self, sealed: list[str], tips: list[str]) -> None:
-        replace_file(self.state_dir / PACKS_FILE, json.dumps({"sealed": sealed, "tips": tips}).encode())
+        replace_file(
+            self.state_dir / PACKS_FILE, json.dumps({"sealed": sealed, "tips": tips}).encode(), durable=False
+        )
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
         """Expire reflogs and prune every object nothing reaches (content that must leave for good).
@@ -709,10 +711,14 @@ def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
     return removed
 
 
-def replace_file(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Give ``path`` the content ``data`` whole, or leave it as it was: written beside it, then
     renamed over it. The temporary's name is short (any file name fits beside it), per thread (no
-    two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`)."""
+    two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`).
+
+    ``durable``: synced before and after the rename, so that a power cut leaves the old content or
+    the new. A cache (rebuilt when it is missing or does not parse) passes False: the syncs would
+    cost every scan for nothing."""
     temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
     try:
         with open(temporary, "wb") as out:
@@ -720,9 +726,11 @@ def replace_file(path: Path, data: bytes) -> None:
             out.flush()
             # Durable before it is renamed over the old file: after a power cut the name holds the
             # old content or the new, never an empty file (ext4, XFS and APFS may reorder them).
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         replace_over(temporary, path)
-        sync_folder(path.parent)
+        if durable:
+            sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)  # gone already once renamed
 

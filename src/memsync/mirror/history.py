@@ -728,4 +728,4 @@ def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
 def _save_facts(state_dir: Path, tip: str, facts: HistoryFacts) -> None:
     redacted = [astuple(r) for r in facts.redacted]  # in the order _load_facts passes them back
     record = {"format": 1, "tip": tip, "root": facts.root, "truncated": facts.truncated, "redacted": redacted}
-    replace_file(state_dir / FACTS_FILE, json.dumps(record).encode())
+    replace_file(state_dir / FACTS_FILE, json.dumps(record).encode(), durable=False)  # a cache

@@ -197,7 +197,7 @@ def _base_ids_file(mirror: Mirror, commit: str) -> Path:
 def _save_base_ids(mirror: Mirror, commit: str, owners: Mapping[str, str]) -> None:
     target = _base_ids_file(mirror, commit)
     with contextlib.suppress(OSError):  # a cache: without it the base's ids are read from history
-        replace_file(target, json.dumps({"commit": commit, "paths": dict(owners)}).encode())
+        replace_file(target, json.dumps({"commit": commit, "paths": dict(owners)}).encode(), durable=False)
         for older in mirror.state_dir.glob("base-ids-*.json"):
             if older != target:
                 older.unlink(missing_ok=True)

@@ -193,7 +193,7 @@ class _StatCache:
             return
         payload = {**self._header, "files": self._new}
         with contextlib.suppress(OSError):  # a cache: the next scan hashes again
-            replace_file(self._path, json.dumps(payload, separators=(",", ":")).encode())
+            replace_file(self._path, json.dumps(payload, separators=(",", ":")).encode(), durable=False)
 
 
 def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:

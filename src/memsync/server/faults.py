@@ -5,7 +5,7 @@ gets exactly one fault, chosen uniformly from :data:`FAULT_KINDS`:
 
 ``server_error``       a 500 ``api_error``; nothing is applied.
 ``rate_limited``       a 429 ``rate_limit_error`` with ``Retry-After: 1``; nothing is applied.
-``slow``               the normal answer, after 1 s.
+``slow``               the normal answer, after 1 s, marked ``x-injected-fault: slow``.
 ``drop_before_write``  the connection is closed before the request reaches the app: nothing applied.
 ``drop_after_write``   the app runs (a write commits), then the connection is closed instead of
                        sending its answer: the client cannot tell whether the write happened.
@@ -111,7 +111,17 @@ class FaultInjector:
             await send_json(send, 429, error_payload(429, message, request_id), [(b"retry-after", b"1")])
         elif kind == "slow":
             await asyncio.sleep(SLOW_SECONDS)
-            await self.app(scope, receive, send)
+
+            async def marked(message: Message) -> None:
+                # Said in a header, so a client can tell an injected delay from a busy machine's.
+                if message["type"] == "http.response.start":
+                    message = {
+                        **message,
+                        "headers": [*message.get("headers", []), (b"x-injected-fault", b"slow")],
+                    }
+                await send(message)
+
+            await self.app(scope, receive, marked)
         elif kind == "drop_before_write":
             await self._drop(scope, receive)
         else:
