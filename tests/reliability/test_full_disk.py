@@ -260,3 +260,40 @@ def _failures(port: int, store_id: str) -> float:
         if line.startswith(f'memsync_consecutive_failures{{store="{store_id}"}}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def test_a_backup_to_a_full_disk_fails_named_and_the_next_one_completes(
+    small_disk: Path, server: ServerProcess, store: tuple[Client, Store], tmp_path: Path
+) -> None:
+    # The mirrors on the test's own disk, the local backup remote on the small one.
+    _, made = store
+    config = write_config(
+        tmp_path,
+        dialect="forward",
+        base_url=server.base_url,
+        stores=[made.id],
+        extra=f'[[backup.remotes]]\nurl = "{small_disk}/backups/{{store_id}}.git"\n',
+    )
+    cli = MemsyncCli(config, server.token)
+    assert cli.run("pull").returncode == 0
+    _resize(small_disk, 16 * PAGE)  # room for the folders, not for the objects
+
+    failed = cli.run("backup")
+    assert failed.returncode == 1, failed.describe()
+    assert "the disk is full: free space on it" in failed.stdout + failed.stderr, failed.describe()
+    assert "Traceback" not in failed.stdout + failed.stderr
+
+    _resize(small_disk, ROOMY)
+    again = cli.run("backup")
+    assert again.returncode == 0, again.describe()
+    backup = small_disk / "backups" / f"{made.id}.git"
+    mirror = GitOracle(tmp_path / "mirrors" / made.id)
+    # The imported history is the backup's main (docs/backup.md).
+    shipped = subprocess.run(
+        ["git", "--git-dir", str(backup), "rev-parse", "refs/heads/main"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert shipped == mirror.ref("refs/remotes/memstore/main")
+    subprocess.run(["git", "--git-dir", str(backup), "fsck", "--strict"], check=True, capture_output=True)

@@ -30,6 +30,7 @@ from memsync.errors import (
     UsageError,
     combine_exit_codes,
     storage_fault,
+    storage_fault_hint,
 )
 from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
 from memsync.sync.fleet import for_each_store
@@ -56,8 +57,11 @@ class BackupReport(StoreReport):
 
     def fail(self, message: str, code: int = EXIT_FAILED) -> None:
         # A backup goes on to its other remotes after a failure: every failure is kept, and the
-        # worst exit code.
+        # worst exit code. A full disk quoted by libgit2 or git gets its fix named, as in every report.
         self.ok = False
+        hint = storage_fault_hint(message)
+        if hint is not None and hint not in message:
+            message = f"{message}: {hint}"
         self.error = message if self.error is None else f"{self.error}; {message}"
         self.code = combine_exit_codes([self.code, code])
 
