@@ -76,8 +76,8 @@ def test_another_dialect_stops_naming_both_and_changes_nothing(
     repo = config.parent / "mirrors" / ids[0]
     before = _git_config(repo, "memsync.dialect"), (repo / "notes" / "0.md").read_bytes()
     wrong = _config(config.parent, server.base_url, ids, dialect=dialect)
-    for command in ("pull", "verify", "stores", "sync"):
-        done = memsync("--config", str(wrong), command, "--json", env=env)
+    for command in (["pull"], ["verify"], ["stores"], ["sync"], ["daemon", "--once"]):
+        done = memsync("--config", str(wrong), *command, "--json", env=env)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert f'api.dialect is "{dialect}"' in done.stderr and '"forward" dialect' in done.stderr
         assert "deleted" not in done.stderr and "restore" not in done.stderr

@@ -68,6 +68,7 @@ from memsync.errors import (
     EXIT_LOCKED,
     EXIT_OK,
     AuthenticationFailed,
+    ConfigError,
     LockHeld,
     MemsyncError,
     combine_exit_codes,
@@ -309,7 +310,8 @@ class Daemon:
         self._exit.enter_context(daemon_lock(self.config.mirror.root))
         try:
             selection = self._discovery()
-        except AuthenticationFailed:
+        except (AuthenticationFailed, ConfigError):
+            # Neither mends itself (a refused token; mirrors of another dialect): exit with it.
             self._exit.close()
             raise
         except MemsyncError as exc:
