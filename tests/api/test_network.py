@@ -9,7 +9,9 @@ direct fails to resolve. Loopback addresses never go through a proxy, which is w
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import select
 import socket
 import socketserver
@@ -26,6 +28,7 @@ import httpx
 import pytest
 
 from memsync.api import NO_RETRIES, RetryPolicy, TransportError, open_client
+from memsync.api._network import Route, route_for
 from memsync.errors import ConfigError
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
@@ -51,6 +54,7 @@ class _Proxy(socketserver.ThreadingTCPServer):
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.requests: list[str] = []
+        self.credentials: list[str | None] = []
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
 
 
@@ -66,6 +70,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _relay(self) -> None:
         self.server.requests.append(f"{self.command} {self.path}")
+        self.server.credentials.append(self.headers.get("proxy-authorization"))
         target = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else None
@@ -86,6 +91,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def do_CONNECT(self) -> None:
         self.server.requests.append(f"CONNECT {self.path}")
+        self.server.credentials.append(self.headers.get("proxy-authorization"))
         _, _, port = self.path.rpartition(":")
         with socket.create_connection(("127.0.0.1", int(port))) as upstream:
             self.send_response(200, "Connection established")
@@ -122,6 +128,67 @@ def proxy(server: ServerProcess) -> Iterator[_Proxy]:
 def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (*PROXY_ENV, "SSL_CERT_FILE", "SSL_CERT_DIR"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("environment", "url", "expected"),
+    [
+        ({}, "https://api.example.com", Route()),
+        ({"HTTPS_PROXY": "http://p:3128"}, "https://api.example.com", Route("http://p:3128", "HTTPS_PROXY")),
+        # Lower case wins, as in curl; a value without a scheme is an http:// proxy, as curl reads it.
+        (
+            {"HTTPS_PROXY": "http://upper:1", "https_proxy": "lower:2"},
+            "https://api.example.com",
+            Route("http://lower:2", "https_proxy"),
+        ),
+        ({"HTTPS_PROXY": "http://p:3128"}, "http://api.example.com", Route()),
+        ({"ALL_PROXY": "http://p:3128"}, "http://api.example.com", Route("http://p:3128", "ALL_PROXY")),
+        ({"all_proxy": "socks5://p:1080"}, "https://a.example", Route("socks5://p:1080", "all_proxy")),
+        ({"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "example.com"}, "https://api.example.com", Route()),
+        ({"HTTPS_PROXY": "http://p:3128", "no_proxy": ".example.com"}, "https://api.example.com", Route()),
+        ({"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "*"}, "https://api.example.com", Route()),
+        (
+            {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "other.example.com,api.example.org"},
+            "https://api.example.com",
+            Route("http://p:3128", "HTTPS_PROXY"),
+        ),
+        (
+            {"HTTPS_PROXY": "http://p:3128", "NO_PROXY": "api.example.com:8443"},
+            "https://api.example.com:8443",
+            Route(),
+        ),
+        # Loopback never goes through a proxy: one elsewhere would reach its own loopback.
+        ({"HTTP_PROXY": "http://p:3128"}, "http://127.0.0.1:8765", Route()),
+        ({"HTTP_PROXY": "http://p:3128"}, "http://[::1]:8765", Route()),
+        ({"HTTP_PROXY": "http://p:3128"}, "http://localhost:8765", Route()),
+    ],
+)
+def test_the_route_is_read_from_the_environment_as_curl_reads_it(
+    environment: dict[str, str], url: str, expected: Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert route_for(url) == expected
+
+
+def test_api_proxy_overrides_the_environment_but_not_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://env:3128")
+    monkeypatch.setenv("NO_PROXY", "api.example.com")
+    assert route_for("https://api.example.com", "http://cfg:3128") == Route("http://cfg:3128", "api.proxy")
+    assert route_for("http://127.0.0.1:8765", "http://cfg:3128") == Route()
+
+
+def test_a_proxy_that_cannot_be_used_is_named_with_its_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("https_proxy", "ftp://user:secret@p:21")
+    with pytest.raises(ConfigError, match=r"the proxy ftp://p:21 \(from https_proxy\) cannot be used") as bad:
+        open_client(Dialect.FORWARD, "https://api.example.com", "token")
+    assert "secret" not in str(bad.value)
+    try:
+        import socksio  # noqa: F401
+    except ImportError:
+        monkeypatch.setenv("https_proxy", "socks5://p:1080")
+        with pytest.raises(ConfigError, match=r"from https_proxy\) is a SOCKS proxy.*httpx\[socks\]"):
+            open_client(Dialect.FORWARD, "https://api.example.com", "token")
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +274,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "-subj",
             "/CN=localhost",
             "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            f"subjectAltName=DNS:localhost,DNS:{NAME},IP:127.0.0.1",
             "-keyout",
             str(key),
             "-out",
@@ -264,9 +331,14 @@ def test_a_private_ca_is_trusted_through_ca_bundle_or_ssl_cert_file(
     server: ServerProcess, tls_front: str, certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cert, _ = certificate
-    refused = open_client(Dialect.FORWARD, tls_front, server.token, retry=NO_RETRIES)
-    with refused, pytest.raises(TransportError, match=r"(?i)certificate verify failed"):
+    # Refused at once (the same certificate comes back on every attempt), named with what to set.
+    refused = open_client(Dialect.FORWARD, tls_front, server.token)
+    with refused, pytest.raises(TransportError) as untrusted:
         list(refused.list_stores())
+    message = str(untrusted.value)
+    assert message.startswith(f"cannot trust {tls_front}/api/v1/forward (GET /memory_stores:")
+    assert "self-signed certificate" in message and "set api.ca_bundle (or SSL_CERT_FILE)" in message
+    assert untrusted.value.attempts == 1 and untrusted.value.certificate_refused
     with open_client(Dialect.FORWARD, tls_front, server.token, ca_bundle=cert) as client:
         made = client.create_store(f"tls-{uuid.uuid4().hex[:6]}", idempotency_key=str(uuid.uuid4()))
         assert made.id in {store.id for store in client.list_stores()}
@@ -291,3 +363,44 @@ def test_an_unreachable_server_is_named_with_what_was_tried() -> None:
     message = str(lost.value)
     assert message.startswith(f"cannot reach http://127.0.0.1:{port}/api/v1/forward (GET /memory_stores:")
     assert "3 attempt(s)" in message and "check that the server is running" in message
+
+
+def test_https_goes_through_the_proxy_as_a_tunnel_with_its_credentials_never_logged(
+    server: ServerProcess,
+    proxy: _Proxy,
+    tls_front: str,
+    certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    store_id: str,
+) -> None:
+    """The corporate case: HTTPS_PROXY with credentials, CONNECT to the API's name, a private root."""
+    cert, _ = certificate
+    named = tls_front.replace("localhost", NAME)
+    port = proxy.server_address[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://alice:s3cret@127.0.0.1:{port}")
+    with (
+        caplog.at_level(logging.INFO, logger="memsync.api"),
+        open_client(Dialect.FORWARD, named, server.token, ca_bundle=cert) as client,
+    ):
+        assert store_id in {store.id for store in client.list_stores()}
+    assert proxy.requests == [f"CONNECT {NAME}:{urllib.parse.urlsplit(named).port}"]
+    assert proxy.credentials == ["Basic " + base64.b64encode(b"alice:s3cret").decode()]
+    assert f"go through the proxy http://127.0.0.1:{port} (from HTTPS_PROXY)" in caplog.text
+    assert "s3cret" not in caplog.text and "alice" not in caplog.text
+
+
+def test_a_proxy_that_does_not_answer_is_named_in_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+    monkeypatch.setenv("https_proxy", f"http://bob:pw@127.0.0.1:{port}")
+    client = open_client(Dialect.FORWARD, f"https://{NAME}", "token", retry=NO_RETRIES)
+    with client, pytest.raises(TransportError) as lost:
+        list(client.list_stores())
+    message = str(lost.value)
+    assert message.startswith(
+        f"cannot reach https://{NAME}/api/v1/forward through the proxy http://127.0.0.1:{port}"
+        " (from https_proxy) (GET /memory_stores: ConnectError:"
+    )
+    assert "bob" not in message and ":pw@" not in message

@@ -29,6 +29,7 @@ Messages never contain the token: it is cut out of anything the server echoes, a
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -96,10 +97,12 @@ class ServerError(Failure):
 class TransportError(Failure):
     """No HTTP answer: the connection failed, dropped or timed out.
 
-    ``retryable`` is False when retrying cannot help (a malformed base URL).
+    ``retryable`` is False when retrying cannot help (a malformed base URL, a refused certificate).
+    ``certificate_refused`` is True when TLS verification refused the server's certificate.
     """
 
     retryable: bool = True
+    certificate_refused: bool = False
 
 
 class InvalidResponse(Failure):
@@ -193,9 +196,29 @@ def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -
         return TransportError(f"{what}: timed out ({name})")
     if isinstance(exc, httpx.DecodingError):
         return InvalidResponse(f"{what}: the response body could not be decoded ({text})")
+    refused = _certificate_refusal(exc)
+    if refused is not None:
+        # The same certificate is presented on every attempt: retrying only delays the message.
+        error = TransportError(f"{what}: the server's certificate is not trusted: {refused}")
+        error.retryable = False
+        error.certificate_refused = True
+        return error
     if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
         return TransportError(f"{what}: {name}: {text or 'connection failed'}")
     # An invalid URL, an unsupported protocol, a local protocol error: retrying cannot help.
     error = TransportError(f"{what}: {name}: {text}; check base_url")
     error.retryable = False
     return error
+
+
+def _certificate_refusal(exc: BaseException) -> str | None:
+    """Why TLS verification refused the certificate, when that is what ``exc`` comes from (httpx
+    chains httpcore's error, which chains the :class:`ssl.SSLCertVerificationError`)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: chains are short, and a cycle must not hang a message
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_message or str(seen.reason or seen)
+        seen = seen.__cause__ or seen.__context__
+    return None

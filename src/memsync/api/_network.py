@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import ssl
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,20 +54,51 @@ def check_plain_http(base_url: str, *, allowed: bool) -> None:
     )
 
 
-def proxy_for(base_url: str, configured: str | None = None) -> str | None:
-    """The proxy requests to ``base_url`` go through, or None for a direct connection."""
+@dataclass(frozen=True)
+class Route:
+    """How a client's requests leave this machine: direct (``proxy`` None) or through ``proxy``, which
+    ``source`` named (``api.proxy``, the environment variable, or the system's settings). Messages say
+    the source, because a proxy nobody remembers setting is the usual reason a server "is down"."""
+
+    proxy: str | None = None
+    source: str | None = None
+
+    def __str__(self) -> str:
+        if self.proxy is None:
+            return "direct"
+        return f"through the proxy {display_url(self.proxy)} (from {self.source})"
+
+
+def route_for(base_url: str, configured: str | None = None) -> Route:
+    """The route requests to ``base_url`` take: ``configured`` (api.proxy), else the environment's
+    proxy for its scheme unless NO_PROXY names its host, else direct. Loopback is always direct."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
     if is_loopback(host):
-        return None
+        return Route()
     if configured:
-        return configured
+        return Route(configured, "api.proxy")
     proxies = urllib.request.getproxies()
     if not proxies:
-        return None
+        return Route()
     if urllib.request.proxy_bypass(f"{host}:{parts.port}" if parts.port else host):
-        return None
-    return proxies.get(parts.scheme) or proxies.get("all") or None
+        return Route()
+    for key in (parts.scheme, "all"):
+        value = proxies.get(key)
+        if value:
+            # curl and httpx.Client read "proxy.corp:3128" as an http:// proxy; httpx's transport
+            # refuses a URL without a scheme, so it is added here.
+            url = value if "://" in value else f"http://{value}"
+            return Route(url, _environment_source(key))
+    return Route()
+
+
+def _environment_source(key: str) -> str:
+    """The variable urllib took the proxy for ``key`` from (it prefers the lower-case one)."""
+    for name in (f"{key}_proxy", f"{key.upper()}_PROXY"):
+        if os.environ.get(name):
+            return name
+    return "the system's proxy settings"
 
 
 def display_url(url: str) -> str:
@@ -82,9 +115,9 @@ def display_url(url: str) -> str:
 
 def transport_for(
     base_url: str,
+    route: Route,
     *,
     max_connections: int,
-    proxy: str | None = None,
     ca_bundle: Path | None = None,
 ) -> httpx.HTTPTransport:
     """The one transport a client sends through: its pool, its route, its certificates."""
@@ -97,14 +130,21 @@ def transport_for(
                 f"api.ca_bundle: cannot load certificates from {ca_bundle}: {exc}; name a readable PEM"
                 " file (the certificate of the CA your network's TLS inspection uses)"
             ) from None
-    route = proxy_for(base_url, proxy)
-    if route is not None:
-        log.info("requests to %s go through the proxy %s", urlsplit(base_url).hostname, display_url(route))
+    if route.proxy is not None:
+        log.info("requests to %s go %s", urlsplit(base_url).hostname, route)
     try:
+        # The same pool either way: a proxied client keeps the direct one's connections and limits.
         return httpx.HTTPTransport(
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             verify=verify,
-            proxy=route,
+            proxy=route.proxy,
         )
     except ValueError as exc:  # a proxy URL httpx cannot use (an unknown scheme)
-        raise ConfigError(f"the proxy {display_url(route or '')} cannot be used: {exc}") from None
+        raise ConfigError(
+            f"the proxy {display_url(route.proxy or '')} (from {route.source}) cannot be used: {exc}"
+        ) from None
+    except ImportError:  # socks5:// needs httpx's optional SOCKS support
+        raise ConfigError(
+            f"the proxy {display_url(route.proxy or '')} (from {route.source}) is a SOCKS proxy, which"
+            " needs the socksio package: pip install 'httpx[socks]', or name an http:// proxy"
+        ) from None

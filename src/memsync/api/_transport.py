@@ -35,7 +35,7 @@ from memsync.api._errors import (
     one_line,
     translated_transport_errors,
 )
-from memsync.api._network import check_plain_http, display_url, transport_for
+from memsync.api._network import Route, check_plain_http, display_url, route_for, transport_for
 from memsync.api._wire import Wire
 
 log = logging.getLogger("memsync.api")
@@ -161,8 +161,10 @@ class Transport:
             {"user-agent": USER_AGENT, "accept": "application/json", **wire.auth_headers(token)}
         )
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
+        # Chosen once: the client talks to one host, so its route cannot change between requests.
+        self.route = Route() if transport is not None else route_for(root, proxy)
         self._transport = transport or transport_for(
-            root, max_connections=max_connections, proxy=proxy, ca_bundle=ca_bundle
+            root, self.route, max_connections=max_connections, ca_bundle=ca_bundle
         )
         # A transport made by share() sends over its original's connections; only the original closes them.
         self._owns_connections = True
@@ -245,13 +247,26 @@ class Transport:
     def _named(self, failure: Failure, attempts: int, seconds: float) -> Failure:
         """A connection that never answered names where it was going, what was tried, and what to
         check; other failures stay as they are (the server answered: its words say enough)."""
-        if isinstance(failure, TransportError) and failure.retryable:
+        if not isinstance(failure, TransportError):
+            return failure
+        where = display_url(self.base_url)
+        if self.route.proxy is not None:
+            where += f" {self.route}"
+        if failure.certificate_refused:
             failure.message = (
-                f"cannot reach {display_url(self.base_url)} ({failure.message}; {attempts}"
+                f"cannot trust {where} ({failure.message}): if your network inspects TLS, set"
+                " api.ca_bundle (or SSL_CERT_FILE) to its root certificate; otherwise check the host"
+                " name in api.base_url: the server is not the one the certificate names"
+            )
+        elif failure.retryable:
+            failure.message = (
+                f"cannot reach {where} ({failure.message}; {attempts}"
                 f" attempt(s) over {seconds:.0f}s): check that the server is running and reachable,"
                 " api.base_url, and the proxy settings (HTTPS_PROXY, NO_PROXY, api.proxy)"
             )
-            failure.args = (failure.message,)
+        else:
+            return failure
+        failure.args = (failure.message,)
         return failure
 
     def _send_once(
