@@ -10,6 +10,7 @@ direct fails to resolve. Loopback addresses never go through a proxy, which is w
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import select
@@ -51,11 +52,20 @@ class _Proxy(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, upstream: int) -> None:
+    def __init__(self, upstream: int, tls: ssl.SSLContext | None = None) -> None:
         self.upstream = upstream
+        self.tls = tls
         self.requests: list[str] = []
         self.credentials: list[str | None] = []
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        raw, address = super().get_request()
+        if self.tls is None:
+            return raw, address
+        # An https:// proxy: the client speaks TLS to the proxy itself (a refused handshake is an
+        # OSError, which socketserver drops with the connection).
+        return self.tls.wrap_socket(raw, server_side=True), address
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -109,19 +119,30 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
             data = sock.recv(65536)
             if not data:
                 return
+            # Bytes TLS has already decrypted are not seen by select: pass them on now.
+            while isinstance(sock, ssl.SSLSocket) and sock.pending():
+                data += sock.recv(sock.pending())
             (b if sock is a else a).sendall(data)
+
+
+@contextlib.contextmanager
+def _serving(server: ServerProcess, tls: ssl.SSLContext | None = None) -> Iterator[_Proxy]:
+    port = urllib.parse.urlsplit(server.base_url).port
+    assert port is not None
+    running = _Proxy(port, tls)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield running
+    finally:
+        running.shutdown()
+        running.server_close()
 
 
 @pytest.fixture
 def proxy(server: ServerProcess) -> Iterator[_Proxy]:
-    port = urllib.parse.urlsplit(server.base_url).port
-    assert port is not None
-    running = _Proxy(port)
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
+    with _serving(server) as running:
+        yield running
 
 
 @pytest.fixture(autouse=True)
@@ -337,7 +358,8 @@ def test_a_private_ca_is_trusted_through_ca_bundle_or_ssl_cert_file(
         list(refused.list_stores())
     message = str(untrusted.value)
     assert message.startswith(f"cannot trust {tls_front}/api/v1/forward (GET /memory_stores:")
-    assert "self-signed certificate" in message and "set api.ca_bundle (or SSL_CERT_FILE)" in message
+    assert "self-signed certificate; trusted: the bundled certifi roots" in message
+    assert "set api.ca_bundle (or SSL_CERT_FILE)" in message
     assert untrusted.value.attempts == 1 and untrusted.value.certificate_refused
     with open_client(Dialect.FORWARD, tls_front, server.token, ca_bundle=cert) as client:
         made = client.create_store(f"tls-{uuid.uuid4().hex[:6]}", idempotency_key=str(uuid.uuid4()))
@@ -345,11 +367,36 @@ def test_a_private_ca_is_trusted_through_ca_bundle_or_ssl_cert_file(
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     with open_client(Dialect.FORWARD, tls_front, server.token) as client:
         assert made.id in {store.id for store in client.list_stores()}
+    # SSL_CERT_DIR: a folder of certificates named by their subject hash, as `openssl rehash` makes.
+    monkeypatch.delenv("SSL_CERT_FILE")
+    folder = cert.parent / "roots"
+    folder.mkdir(exist_ok=True)
+    subject = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", str(cert)], capture_output=True, text=True, check=True
+    )
+    (folder / f"{subject.stdout.strip()}.0").write_bytes(cert.read_bytes())
+    monkeypatch.setenv("SSL_CERT_DIR", str(folder))
+    with open_client(Dialect.FORWARD, tls_front, server.token) as client:
+        assert made.id in {store.id for store in client.list_stores()}
 
 
-def test_a_ca_bundle_that_cannot_be_read_is_named(server: ServerProcess, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"api\.ca_bundle: cannot load certificates from"):
-        open_client(Dialect.FORWARD, server.base_url, server.token, ca_bundle=tmp_path / "absent.pem")
+def test_certificates_that_cannot_be_read_are_named_with_their_setting(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absent = tmp_path / "absent.pem"
+    with pytest.raises(ConfigError, match=r"api\.ca_bundle: cannot load certificates from .*absent\.pem"):
+        open_client(Dialect.FORWARD, server.base_url, server.token, ca_bundle=absent)
+    (tmp_path / "empty.pem").write_text("")
+    with pytest.raises(ConfigError, match=r"api\.ca_bundle: cannot load certificates from .*empty\.pem"):
+        open_client(Dialect.FORWARD, server.base_url, server.token, ca_bundle=tmp_path / "empty.pem")
+    # httpx would let a FileNotFoundError out of every command: named instead.
+    monkeypatch.setenv("SSL_CERT_FILE", str(absent))
+    with pytest.raises(ConfigError, match=r"SSL_CERT_FILE: cannot load certificates from .*, or unset it"):
+        open_client(Dialect.FORWARD, server.base_url, server.token)
+    monkeypatch.delenv("SSL_CERT_FILE")
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match=r"SSL_CERT_DIR names .*absent, which is not a folder"):
+        open_client(Dialect.FORWARD, server.base_url, server.token)
 
 
 def test_an_unreachable_server_is_named_with_what_was_tried() -> None:
@@ -388,6 +435,24 @@ def test_https_goes_through_the_proxy_as_a_tunnel_with_its_credentials_never_log
     assert proxy.credentials == ["Basic " + base64.b64encode(b"alice:s3cret").decode()]
     assert f"go through the proxy http://127.0.0.1:{port} (from HTTPS_PROXY)" in caplog.text
     assert "s3cret" not in caplog.text and "alice" not in caplog.text
+
+
+def test_an_https_proxy_is_verified_with_the_same_roots_as_the_api(
+    server: ServerProcess,
+    tls_front: str,
+    certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    store_id: str,
+) -> None:
+    cert, key = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    named = tls_front.replace("localhost", NAME)
+    with _serving(server, context) as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", f"https://localhost:{proxy.server_address[1]}")
+        with open_client(Dialect.FORWARD, named, server.token, ca_bundle=cert) as client:
+            assert store_id in {store.id for store in client.list_stores()}
+        assert proxy.requests == [f"CONNECT {NAME}:{urllib.parse.urlsplit(named).port}"]
 
 
 def test_a_proxy_that_does_not_answer_is_named_in_the_message(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,31 +113,69 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+@dataclass(frozen=True)
+class Trust:
+    """The certificates a client trusts, and the setting that chose them (a refused certificate's
+    message names it). ``context`` None is httpx's default, certifi's bundle."""
+
+    context: ssl.SSLContext | None = None
+    source: str = "the bundled certifi roots"
+
+
+def trust_for(ca_bundle: Path | None) -> Trust:
+    """``api.ca_bundle``, else ``SSL_CERT_FILE``, else ``SSL_CERT_DIR``, else certifi's: httpx's order,
+    with ``api.ca_bundle`` first. The context is made here rather than by httpx so that a file that
+    cannot be read is a ConfigError naming its setting (httpx lets the FileNotFoundError out), and so
+    that an https:// proxy is verified with the same roots as the API (httpx gives it certifi's)."""
+    if ca_bundle is not None:
+        return Trust(_load_roots("api.ca_bundle", ca_bundle), f"api.ca_bundle {ca_bundle}")
+    file = os.environ.get("SSL_CERT_FILE")
+    if file:
+        return Trust(_load_roots("SSL_CERT_FILE", Path(file)), f"SSL_CERT_FILE {file}")
+    folder = os.environ.get("SSL_CERT_DIR")
+    if folder:
+        if not os.path.isdir(folder):
+            # OpenSSL reads the folder lazily: a wrong name would only show as every certificate refused.
+            raise ConfigError(
+                f"SSL_CERT_DIR names {folder}, which is not a folder; name the folder of hashed"
+                " certificates (openssl rehash), or unset it"
+            )
+        return Trust(ssl.create_default_context(capath=folder), f"SSL_CERT_DIR {folder}")
+    return Trust()
+
+
+def _load_roots(setting: str, path: Path) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=str(path))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"{setting}: cannot load certificates from {path}: {exc}; name a readable PEM file (for a"
+            " network that inspects TLS, the certificate of the CA it signs with)"
+            + ("" if setting == "api.ca_bundle" else ", or unset it")
+        ) from None
+
+
 def transport_for(
     base_url: str,
     route: Route,
+    trust: Trust,
     *,
     max_connections: int,
-    ca_bundle: Path | None = None,
 ) -> httpx.HTTPTransport:
     """The one transport a client sends through: its pool, its route, its certificates."""
-    verify: ssl.SSLContext | bool = True
-    if ca_bundle is not None:
-        try:
-            verify = ssl.create_default_context(cafile=str(ca_bundle))
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"api.ca_bundle: cannot load certificates from {ca_bundle}: {exc}; name a readable PEM"
-                " file (the certificate of the CA your network's TLS inspection uses)"
-            ) from None
     if route.proxy is not None:
         log.info("requests to %s go %s", urlsplit(base_url).hostname, route)
     try:
+        proxy: httpx.Proxy | None = None
+        if route.proxy is not None:
+            # Only a TLS proxy takes a context of its own (httpcore refuses one for http://).
+            tls = route.proxy.startswith("https://")
+            proxy = httpx.Proxy(route.proxy, ssl_context=trust.context if tls else None)
         # The same pool either way: a proxied client keeps the direct one's connections and limits.
         return httpx.HTTPTransport(
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            verify=verify,
-            proxy=route.proxy,
+            verify=True if trust.context is None else trust.context,
+            proxy=proxy,
         )
     except ValueError as exc:  # a proxy URL httpx cannot use (an unknown scheme)
         raise ConfigError(

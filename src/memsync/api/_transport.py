@@ -35,7 +35,15 @@ from memsync.api._errors import (
     one_line,
     translated_transport_errors,
 )
-from memsync.api._network import Route, check_plain_http, display_url, route_for, transport_for
+from memsync.api._network import (
+    Route,
+    Trust,
+    check_plain_http,
+    display_url,
+    route_for,
+    transport_for,
+    trust_for,
+)
 from memsync.api._wire import Wire
 
 log = logging.getLogger("memsync.api")
@@ -163,8 +171,9 @@ class Transport:
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
         # Chosen once: the client talks to one host, so its route cannot change between requests.
         self.route = Route() if transport is not None else route_for(root, proxy)
+        self.trust = Trust() if transport is not None else trust_for(ca_bundle)
         self._transport = transport or transport_for(
-            root, self.route, max_connections=max_connections, ca_bundle=ca_bundle
+            root, self.route, self.trust, max_connections=max_connections
         )
         # A transport made by share() sends over its original's connections; only the original closes them.
         self._owns_connections = True
@@ -254,9 +263,10 @@ class Transport:
             where += f" {self.route}"
         if failure.certificate_refused:
             failure.message = (
-                f"cannot trust {where} ({failure.message}): if your network inspects TLS, set"
-                " api.ca_bundle (or SSL_CERT_FILE) to its root certificate; otherwise check the host"
-                " name in api.base_url: the server is not the one the certificate names"
+                f"cannot trust {where} ({failure.message}; trusted: {self.trust.source}): if your"
+                " network inspects TLS, set api.ca_bundle (or SSL_CERT_FILE) to the root certificate"
+                " it signs with; otherwise check api.base_url: the token goes only to a server whose"
+                " certificate can be verified"
             )
         elif failure.retryable:
             failure.message = (
