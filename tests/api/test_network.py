@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memsync.api import NO_RETRIES, RetryPolicy, TransportError, open_client
+from memsync.api import NO_RETRIES, BadRequest, RetryPolicy, TransportError, open_client
 from memsync.api._network import Route, route_for
 from memsync.errors import ConfigError
 from memsync.rules import Dialect
@@ -57,6 +57,7 @@ class _Proxy(socketserver.ThreadingTCPServer):
         self.tls = tls
         self.requests: list[str] = []
         self.credentials: list[str | None] = []
+        self.required: str | None = None  # a Proxy-Authorization value; others are answered 407
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
 
     def get_request(self) -> tuple[socket.socket, object]:
@@ -78,9 +79,20 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # quiet: the count is the record
         pass
 
+    def _refused(self) -> bool:
+        self.server.credentials.append(self.headers.get("proxy-authorization"))
+        if self.server.required is None or self.headers.get("proxy-authorization") == self.server.required:
+            return False
+        self.send_response(407, "Proxy Authentication Required")
+        self.send_header("proxy-authenticate", 'Basic realm="test"')
+        self.send_header("content-length", "0")
+        self.end_headers()
+        return True
+
     def _relay(self) -> None:
         self.server.requests.append(f"{self.command} {self.path}")
-        self.server.credentials.append(self.headers.get("proxy-authorization"))
+        if self._refused():
+            return
         target = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else None
@@ -101,7 +113,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def do_CONNECT(self) -> None:
         self.server.requests.append(f"CONNECT {self.path}")
-        self.server.credentials.append(self.headers.get("proxy-authorization"))
+        if self._refused():
+            return
         _, _, port = self.path.rpartition(":")
         with socket.create_connection(("127.0.0.1", int(port))) as upstream:
             self.send_response(200, "Connection established")
@@ -469,3 +482,23 @@ def test_a_proxy_that_does_not_answer_is_named_in_the_message(monkeypatch: pytes
         " (from https_proxy) (GET /memory_stores: ConnectError:"
     )
     assert "bob" not in message and ":pw@" not in message
+
+
+def test_a_proxy_that_wants_credentials_fails_at_once_saying_where_they_go(
+    server: ServerProcess, proxy: _Proxy, tls_front: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy.required = "Basic " + base64.b64encode(b"carol:pw").decode()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    # CONNECT refused: the proxy's decision, the same on every attempt, so one attempt.
+    tunnel = open_client(Dialect.FORWARD, tls_front.replace("localhost", NAME), server.token)
+    with tunnel, pytest.raises(TransportError) as refused:
+        list(tunnel.list_stores())
+    assert refused.value.attempts == 1 and refused.value.proxy_refused
+    assert "(from HTTPS_PROXY): GET /memory_stores: the proxy answered 407" in str(refused.value)
+    assert "http://user:password@host:port" in str(refused.value)
+    # An http:// request the proxy forwards gets its 407 as an answer: the same hint.
+    plain = open_client(Dialect.FORWARD, _named(server), server.token, allow_plain_http=True)
+    with plain, pytest.raises(BadRequest, match=r"HTTP 407.*http://user:password@host:port"):
+        list(plain.list_stores())
+    assert len(proxy.requests) == 2

@@ -98,11 +98,13 @@ class TransportError(Failure):
     """No HTTP answer: the connection failed, dropped or timed out.
 
     ``retryable`` is False when retrying cannot help (a malformed base URL, a refused certificate).
-    ``certificate_refused`` is True when TLS verification refused the server's certificate.
+    ``certificate_refused`` is True when TLS verification refused the server's certificate;
+    ``proxy_refused`` when the proxy refused to open the tunnel (a 4xx to CONNECT: 407, 403).
     """
 
     retryable: bool = True
     certificate_refused: bool = False
+    proxy_refused: bool = False
 
 
 class InvalidResponse(Failure):
@@ -150,6 +152,9 @@ def error_for_status(
     if status in (401, 403):
         cls = AuthenticationError
         text += "; check the token and its permissions"
+    elif status == 407:  # from the proxy an http:// request goes through, not from the API
+        cls = BadRequest
+        text += _proxy_hint("407")
     elif status == 404:
         cls = NotFound
     elif status == 409:
@@ -203,6 +208,13 @@ def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -
         error.retryable = False
         error.certificate_refused = True
         return error
+    if isinstance(exc, httpx.ProxyError) and text[:1] == "4":
+        # httpcore's text for a refused CONNECT is the proxy's status line. A 4xx is the proxy's
+        # decision (credentials, policy), the same on every attempt; a 5xx (its upstream) may pass.
+        error = TransportError(f"{what}: the proxy answered {text}{_proxy_hint(text[:3])}")
+        error.retryable = False
+        error.proxy_refused = True
+        return error
     if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
         return TransportError(f"{what}: {name}: {text or 'connection failed'}")
     # An invalid URL, an unsupported protocol, a local protocol error: retrying cannot help.
@@ -222,3 +234,12 @@ def _certificate_refusal(exc: BaseException) -> str | None:
             return seen.verify_message or str(seen.reason or seen)
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _proxy_hint(status: str) -> str:
+    if status == "407":
+        return (
+            "; the proxy wants credentials it was not given, or refused them: give them in the proxy's"
+            " URL, http://user:password@host:port (percent-encoded)"
+        )
+    return "; the proxy refuses this destination: ask its administrators, or check NO_PROXY"

@@ -268,6 +268,8 @@ class Transport:
                 " it signs with; otherwise check api.base_url: the token goes only to a server whose"
                 " certificate can be verified"
             )
+        elif failure.proxy_refused:
+            failure.message = f"cannot reach {where}: {failure.message}"
         elif failure.retryable:
             failure.message = (
                 f"cannot reach {where} ({failure.message}; {attempts}"
