@@ -55,7 +55,8 @@ class ApiConfig(_Section):
     token_env: str | None = None
     token_file: Path | None = None
     timeout: Seconds = 30.0
-    # A proxy URL for the API's requests; unset: HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY.
+    # A proxy URL for the API's requests; "" goes direct (as curl --proxy ""); unset: HTTPS_PROXY /
+    # HTTP_PROXY / ALL_PROXY / NO_PROXY.
     proxy: str | None = None
     # A PEM bundle of the certificates to trust (a corporate TLS inspection's root); unset:
     # SSL_CERT_FILE / SSL_CERT_DIR when set, else the bundled certifi roots.
@@ -73,9 +74,11 @@ class ApiConfig(_Section):
     @field_validator("proxy")
     @classmethod
     def _proxy_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://", "socks5://", "socks5h://")):
-            raise ValueError('must be a proxy URL, e.g. "http://proxy.example.com:3128"')
-        return value or None
+        # "" is kept, not read as unset: it is how one says "direct" to a machine whose environment
+        # names a proxy for everything else.
+        if value and not value.startswith(("http://", "https://", "socks5://", "socks5h://")):
+            raise ValueError('must be a proxy URL, e.g. "http://proxy.example.com:3128", or "" for none')
+        return value
 
     @field_validator("ca_bundle")
     @classmethod

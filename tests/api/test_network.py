@@ -30,6 +30,7 @@ import pytest
 
 from memsync.api import NO_RETRIES, BadRequest, RetryPolicy, TransportError, open_client
 from memsync.api._network import Route, route_for
+from memsync.config import parse_config
 from memsync.errors import ConfigError
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
@@ -210,6 +211,34 @@ def test_api_proxy_overrides_the_environment_but_not_loopback(monkeypatch: pytes
     monkeypatch.setenv("NO_PROXY", "api.example.com")
     assert route_for("https://api.example.com", "http://cfg:3128") == Route("http://cfg:3128", "api.proxy")
     assert route_for("http://127.0.0.1:8765", "http://cfg:3128") == Route()
+    # "" goes direct whatever the environment says, as curl --proxy "" does.
+    assert route_for("https://api.example.com", "").proxy is None
+
+
+def test_the_network_settings_are_read_from_the_config(tmp_path: Path) -> None:
+    def api(**settings: object) -> dict[str, object]:
+        return {
+            "api": {"dialect": "forward", "base_url": "https://a.example", "token_env": "T", **settings},
+            "mirror": {"root": "mirrors"},
+        }
+
+    defaults = parse_config(api()).api
+    assert (defaults.proxy, defaults.ca_bundle, defaults.allow_plain_http) == (None, None, False)
+    config = parse_config(
+        api(proxy="http://p:3128", ca_bundle="certs/root.pem", allow_plain_http=True),
+        source=tmp_path / "memsync.toml",
+    ).api
+    # A relative bundle is the config file's neighbour, as token_file is.
+    assert (config.proxy, config.ca_bundle, config.allow_plain_http) == (
+        "http://p:3128",
+        tmp_path / "certs/root.pem",
+        True,
+    )
+    assert parse_config(api(proxy="")).api.proxy == ""
+    with pytest.raises(ConfigError, match=r"api\.proxy.*must be a proxy URL"):
+        parse_config(api(proxy="proxy.example.com:3128"))
+    with pytest.raises(ConfigError, match=r"api\.allow_plain_http"):
+        parse_config(api(allow_plain_http="sometimes"))
 
 
 def test_a_proxy_that_cannot_be_used_is_named_with_its_source(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,7 +101,8 @@ class Client:
         observed latency, up to ``fetch_max_concurrency``. ``max_connections``: the connection pool's
         size (default: one fetch's requests in flight, plus 4); a client whose :meth:`share` copies
         work for N stores at once wants N times that. ``transport`` replaces the network (tests).
-        ``proxy`` (else the environment's), ``ca_bundle`` and ``allow_plain_http``: memsync.api._network."""
+        ``proxy``: a URL, "" for none, None for the environment's; ``ca_bundle`` and
+        ``allow_plain_http``: memsync.api._network."""
         self._dialect = Dialect(dialect)
         self._wire = Wire(self._dialect)
         self._http = Transport(

@@ -70,14 +70,15 @@ class Route:
 
 
 def route_for(base_url: str, configured: str | None = None) -> Route:
-    """The route requests to ``base_url`` take: ``configured`` (api.proxy), else the environment's
-    proxy for its scheme unless NO_PROXY names its host, else direct. Loopback is always direct."""
+    """The route requests to ``base_url`` take: ``configured`` (api.proxy; "" for none), else the
+    environment's proxy for its scheme unless NO_PROXY names its host, else direct. Loopback is
+    always direct."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
     if is_loopback(host):
         return Route()
-    if configured:
-        return Route(configured, "api.proxy")
+    if configured is not None:
+        return Route(configured or None, "api.proxy")
     proxies = urllib.request.getproxies()
     if not proxies:
         return Route()
