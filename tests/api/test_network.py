@@ -473,6 +473,9 @@ def test_https_goes_through_the_proxy_as_a_tunnel_with_its_credentials_never_log
         open_client(Dialect.FORWARD, named, server.token, ca_bundle=cert) as client,
     ):
         assert store_id in {store.id for store in client.list_stores()}
+        for _ in range(5):
+            assert client.get_store(store_id).id == store_id
+    # Six requests, one tunnel: the proxied client keeps its pooled connection as the direct one does.
     assert proxy.requests == [f"CONNECT {NAME}:{urllib.parse.urlsplit(named).port}"]
     assert proxy.credentials == ["Basic " + base64.b64encode(b"alice:s3cret").decode()]
     assert f"go through the proxy http://127.0.0.1:{port} (from HTTPS_PROXY)" in caplog.text
