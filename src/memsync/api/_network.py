@@ -9,8 +9,10 @@ macOS and Windows the system's settings too, through :func:`urllib.request.getpr
 ``api.proxy`` names for that host, or none. One transport, one pool: the fast path is the same with a
 proxy as without. Loopback never goes through a proxy: a proxy elsewhere would reach its own.
 
-Certificates: httpx trusts ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set, else certifi's bundle;
-``api.ca_bundle`` names a PEM bundle instead (a corporate TLS inspection's root).
+Certificates, also chosen once: ``api.ca_bundle`` (a corporate TLS inspection's root), else
+``SSL_CERT_FILE``, else ``SSL_CERT_DIR``, else certifi's bundle (:func:`trust_for`). The route and the
+certificates each keep the setting that chose them, so that a failure can name it: users rarely
+remember which variable sent them through a proxy.
 """
 
 from __future__ import annotations
