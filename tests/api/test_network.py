@@ -33,6 +33,7 @@ from memsync.api._network import Route, route_for
 from memsync.config import parse_config
 from memsync.errors import ConfigError
 from memsync.rules import Dialect
+from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 from tests.test_cli import memsync
 
@@ -288,15 +289,20 @@ def test_requests_go_through_the_proxy_the_environment_names(
     assert len(proxy.requests) == before
 
 
+def _proxied_config(folder: Path, server: ServerProcess, proxy: _Proxy, api_extra: str = "") -> Path:
+    """A config for the server under its proxy-only name, with ``api.proxy`` naming the test's proxy."""
+    config = folder / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{_named(server)}"\ntoken_env = "MS_TOKEN"\n'
+        f'proxy = "http://127.0.0.1:{proxy.server_address[1]}"\n{api_extra}[mirror]\nroot = "mirrors"\n'
+    )
+    return config
+
+
 def test_api_proxy_in_the_config_is_used_by_every_command(
     server: ServerProcess, proxy: _Proxy, tmp_path: Path, store_id: str
 ) -> None:
-    config = tmp_path / "memsync.toml"
-    config.write_text(
-        f'[api]\ndialect = "forward"\nbase_url = "{_named(server)}"\ntoken_env = "MS_TOKEN"\n'
-        f'proxy = "http://127.0.0.1:{proxy.server_address[1]}"\nallow_plain_http = true\n'
-        '[mirror]\nroot = "mirrors"\n'
-    )
+    config = _proxied_config(tmp_path, server, proxy, "allow_plain_http = true\n")
     done = memsync("--config", str(config), "stores", "--json", env={"MS_TOKEN": server.token})
     assert done.returncode == 0, done.stderr
     assert store_id in {row["id"] for row in json.loads(done.stdout)["stores"]} and proxy.requests
@@ -305,11 +311,7 @@ def test_api_proxy_in_the_config_is_used_by_every_command(
 def test_plain_http_to_another_host_is_refused_before_any_request(
     server: ServerProcess, proxy: _Proxy, tmp_path: Path, store_id: str
 ) -> None:
-    config = tmp_path / "memsync.toml"
-    config.write_text(
-        f'[api]\ndialect = "forward"\nbase_url = "{_named(server)}"\ntoken_env = "MS_TOKEN"\n'
-        f'proxy = "http://127.0.0.1:{proxy.server_address[1]}"\n[mirror]\nroot = "mirrors"\n'
-    )
+    config = _proxied_config(tmp_path, server, proxy)
     done = memsync("--config", str(config), "pull", "--json", env={"MS_TOKEN": server.token})
     assert done.returncode == 2
     assert "cleartext" in done.stderr and "api.allow_plain_http = true" in done.stderr
@@ -442,9 +444,7 @@ def test_certificates_that_cannot_be_read_are_named_with_their_setting(
 
 
 def test_an_unreachable_server_is_named_with_what_was_tried() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+    port = free_port()  # nothing listens there
     policy = RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0)
     client = open_client(Dialect.FORWARD, f"http://127.0.0.1:{port}", "token", retry=policy)
     with client, pytest.raises(TransportError) as lost:
@@ -501,9 +501,7 @@ def test_an_https_proxy_is_verified_with_the_same_roots_as_the_api(
 
 
 def test_a_proxy_that_does_not_answer_is_named_in_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+    port = free_port()  # nothing listens there
     monkeypatch.setenv("https_proxy", f"http://bob:pw@127.0.0.1:{port}")
     client = open_client(Dialect.FORWARD, f"https://{NAME}", "token", retry=NO_RETRIES)
     with client, pytest.raises(TransportError) as lost:

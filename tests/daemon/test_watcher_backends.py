@@ -5,7 +5,6 @@ a ``NOT WATCHING`` error."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,17 +15,12 @@ import pytest
 from memsync.api import Client
 from tests.daemon.conftest import wait_for
 from tests.daemon.test_fleet import Running, all_idle, daemons, make_stores, start
+from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
 __all__ = ["daemons"]  # the fixture, shared with test_fleet
 
 INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _save_reaches_the_store(running: Running, client: Client, root: Path, store_id: str) -> None:
@@ -46,7 +40,7 @@ def test_each_backend_takes_a_save_to_the_store_and_names_itself(
     backend: str, tmp_path: Path, server: ServerProcess, client: Client, daemons: list[Running]
 ) -> None:
     prefix, (store_id,) = make_stores(client, 1)
-    port = _port()
+    port = free_port()
     running = start(
         tmp_path,
         server,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from memsync.api import Client, Store, open_client
 from memsync.rules import Dialect
 from tests.reliability.harness import GitOracle, MemsyncCli, wait_until, write_config
+from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -191,7 +191,7 @@ def test_the_daemon_on_a_full_disk_backs_off_reports_and_recovers_by_itself(
     _, made = store
     cli = _cli(small_disk, server, made, tmp_path)
     _full_during_checkout(small_disk, cli, made)
-    port = _free_port()
+    port = free_port()
     config = cli.config
     config.write_text(
         config.read_text(encoding="utf-8")
@@ -243,12 +243,6 @@ def test_the_daemon_on_a_full_disk_backs_off_reports_and_recovers_by_itself(
     assert oracle.ref("refs/heads/main") == oracle.ref("refs/remotes/memstore/main")
     assert oracle.text("status", "--porcelain") == ""
     oracle.fsck()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _metrics(port: int) -> str:

@@ -738,19 +738,32 @@ def replace_file(path: Path, data: bytes, *, durable: bool = True) -> None:
 def sync_folder(folder: Path) -> None:
     """Make the names in ``folder`` durable (a rename, a create, an unlink); a no-op on Windows,
     whose filesystems cannot open a folder to flush it and journal names with their data."""
-    if sys.platform == "win32":
-        return
+    if sys.platform != "win32":
+        _fsync(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+def _fsync(path: Path, flags: int) -> None:
+    """fsync what ``path`` names, opened with ``flags``; nothing when it is gone, or where the
+    filesystem cannot sync it (EINVAL, EBADF)."""
     try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = os.open(path, flags)
     except OSError:
         return
     try:
         os.fsync(fd)
     except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.EBADF):  # filesystems that cannot sync a folder
+        if exc.errno not in (errno.EINVAL, errno.EBADF):
             raise
     finally:
         os.close(fd)
+
+
+# Windows flushes a file only through a handle that may write to it; POSIX through any.
+_SYNC_FILE_FLAGS = (
+    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
 
 # Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
@@ -768,14 +781,7 @@ def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
     for tree_path in paths:
         full = root / tree_path
         folders.add(full.parent)
-        try:
-            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(full, _SYNC_FILE_FLAGS)
     for folder in sorted(folders):
         sync_folder(folder)
 
