@@ -63,7 +63,6 @@ class PollSource:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memsync-poll", daemon=True)
         self.exhausted: str | None = None
-        self.passes = 0  # completed passes over every checkout (tests wait on it)
 
     @property
     def watch_count(self) -> int:
@@ -115,4 +114,3 @@ class PollSource:
             for tree_path in before.keys() | now.keys():
                 if before.get(tree_path) != now.get(tree_path):
                     self._note(store_id, tree_path)
-        self.passes += 1
