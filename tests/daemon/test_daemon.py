@@ -20,7 +20,9 @@ from memsync.config import Config, parse_config
 from memsync.daemon import Outcome, StoreState, read_state
 from memsync.daemon._daemon import CycleResult, Daemon, StoreCycles
 from memsync.daemon._state import write_state
+from memsync.rules import Dialect
 from memsync.sync.pull import store_lock
+from memsync.sync.resolve import find_target, resolve_conflict
 from memsync.sync.stores import Selection
 from tests.daemon.conftest import wait_for
 from tests.support.server import ServerProcess
@@ -271,3 +273,35 @@ def test_a_full_scan_that_fell_due_while_stopped_runs_at_start_and_new_stores_wa
     known_state = read_state(tmp_path / known.id)
     assert known_state is not None and known_state.last_success is not None
     assert known_state.last_success > past
+
+
+def test_metrics_drop_a_conflict_resolved_outside_the_daemon_without_a_cycle(
+    server: ServerProcess, client: Client, mirrored: Callable[..., tuple[Store, Path]], stopper: list[Daemon]
+) -> None:
+    store, checkout = mirrored({"notes/a.md": "one\n"})
+    (checkout / "notes" / "a.md").write_text("changed here\n")
+    memory = client.find_memory(store.id, "notes/a.md")
+    assert memory is not None
+    client.update_memory(store.id, memory.id, "changed there\n", expected_sha256=memory.content_sha256)
+    config = parse_config(
+        {
+            "api": {"dialect": "forward", "base_url": server.base_url, "token_env": "MEMSYNC_TEST_TOKEN"},
+            "mirror": {"root": str(checkout.parent)},
+            # No watcher and no interval within the test: only the start cycle runs.
+            "daemon": {"interval": "1h", "jitter": "0s", "watch": False, "http": {"listen": "127.0.0.1:0"}},
+        }
+    )
+    gauge = f'memsync_open_conflicts{{store="{store.id}"}}'
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEMSYNC_TEST_TOKEN", server.token)
+        daemon = Daemon(config)
+        daemon.start()
+        stopper.append(daemon)
+        wait_for(lambda: f"{gauge} 1.0" in _get(daemon, "/metrics")[1].decode(), what="the conflict counted")
+        cycles = daemon.state(store.id).last_cycle
+        # The user settles the file by hand, then ends the conflict: no file changes at resolve.
+        (checkout / "notes" / "a.md").write_text("changed on both sides\n")
+        target = find_target(str(checkout / "notes" / "a.md"), cwd=checkout, root=checkout.parent)
+        resolve_conflict(target, None, Dialect.FORWARD)
+        assert f"{gauge} 0.0" in _get(daemon, "/metrics")[1].decode()
+        assert daemon.state(store.id).last_cycle == cycles  # no cycle ran in between

@@ -79,6 +79,7 @@ from memsync.sync.cycle import CycleReport, run_cycle
 from memsync.sync.fleet import in_parallel
 from memsync.sync.locks import held
 from memsync.sync.pull import PullReport, not_listed, store_lock
+from memsync.sync.status import conflict_paths
 from memsync.sync.stores import Selection, client_for, select_stores
 
 log = logging.getLogger("memsync.daemon")
@@ -875,6 +876,8 @@ class Daemon:
             records = [(sid, self._records[sid], view) for sid, view in views.items() if sid in self._records]
         gauges = []
         for store_id, record, view in records:
+            if record.open_conflicts:
+                self._forget_resolved(record)
             gauges.append(
                 StoreGauges(
                     store_id=store_id,
@@ -888,6 +891,17 @@ class Daemon:
                 )
             )
         return gauges
+
+    def _forget_resolved(self, record: _Record) -> None:
+        # ``memsync resolve`` runs in another process and may leave every file as it was, so no
+        # watcher event and no cycle follows: the conflicts a scrape reports are read from the refs.
+        # Only ended ones are dropped here; new conflicts are a cycle's to find.
+        try:
+            still_open = set(conflict_paths(record.checkout))
+        except MemsyncError:
+            return
+        with self._records_lock:
+            record.open_conflicts = [path for path in record.open_conflicts if path in still_open]
 
 
 @contextmanager

@@ -191,3 +191,13 @@ def _report_conflicts(
             }
         )
     report.kept_commits = pushed_refs(mirror)
+
+
+def conflict_paths(checkout: Path) -> list[str]:
+    """The working-tree paths of the conflicts open in one mirror now, read from its refs.
+
+    The daemon's metrics use this where a cycle's report went stale: ``memsync resolve`` ends a
+    conflict from another process, sometimes without changing a file the watcher would see.
+    """
+    with Mirror.open(checkout) as mirror:
+        return sorted(working_tree_path(mirror, path) for path in open_conflicts(mirror))
