@@ -18,6 +18,7 @@ import pytest
 
 from memsync.api import Client, Store
 from memsync.daemon._watcher import Backend, CheckoutWatcher
+from memsync.sync.cycle import run_cycle
 from memsync.sync.pull import pull_store
 from tests.daemon.conftest import wait_for
 
@@ -184,6 +185,27 @@ def test_memsync_own_checkout_writes_are_not_changes(
     watcher.cycle_finished(store.id)
     assert (checkout / "notes" / "a.md").read_text() == "changed remotely\n"
     assert recorder.until_barrier() == []
+
+
+def test_conflict_markers_a_cycle_wrote_are_not_a_change(
+    watched: tuple[Store, Path, Recorder, CheckoutWatcher], client: Client
+) -> None:
+    store, checkout, recorder, watcher = watched
+    recorder.busy.add(store.id)
+    (checkout / "b.md").write_text("changed here\n")
+    memory = client.find_memory(store.id, "b.md")
+    assert memory is not None
+    client.update_memory(store.id, memory.id, "changed there\n", expected_sha256=memory.content_sha256)
+    report = run_cycle(client, store, checkout.parent)
+    assert report.conflicts == ["b.md"], report
+    assert "<<<<<<<" in (checkout / "b.md").read_text()
+    recorder.busy.discard(store.id)
+    watcher.cycle_finished(store.id)
+    # The save before the cycle and the markers it wrote: neither is left for another cycle.
+    assert recorder.until_barrier() == []
+    # The user editing the markers away is a change.
+    (checkout / "b.md").write_text("changed on both sides\n")
+    assert recorder.next_change() == ["b.md"]
 
 
 def test_saves_during_a_cycle_are_held_until_it_ends(

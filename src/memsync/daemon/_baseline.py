@@ -4,8 +4,9 @@ A pull's checkout update, a merge memsync writes, a ``touch``, an editor's tempo
 again by the end of the quiet period — none of these is an edit to push. After the quiet period each
 path is re-hashed (as a git blob id) and compared with the tree of ``refs/memsync/base`` (the commit
 the checkout was last reconciled with; ``main`` before the first reconcile): equal means nothing to do.
-A path that differs is requested once per content: if the same content shows up again (memsync
-rewriting the same conflict markers, a second ``touch``), the cycle already requested for it covers it.
+A path that differs is requested once per content: if the same content shows up again (a second
+``touch``), the cycle already requested for it covers it. A path that holds exactly the markers memsync
+wrote for an open conflict is memsync's own write too.
 Untracked paths that :func:`memsync.mirror.is_ignored` leaves out never count: the same list of
 editor temporaries and the same ignore rules as the push's scan, matched by git's rules.
 """
@@ -19,7 +20,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memsync.errors import MemsyncError
-from memsync.mirror import Mirror, blob_id, encode_paths, is_ignored
+from memsync.mirror import (
+    Mirror,
+    blob_id,
+    conflict_blob,
+    encode_path,
+    encode_paths,
+    is_ignored,
+    locate,
+    open_conflicts,
+)
 
 log = logging.getLogger("memsync.daemon.watch")
 
@@ -106,6 +116,13 @@ class CheckoutBaseline:
             if tree_path in self._requested and self._requested[tree_path] == current:
                 continue
             candidates[tree_path] = current
+        if candidates:
+            for tree_path, markers in self._conflict_markers().items():
+                if candidates.get(tree_path, "") == markers:
+                    # The conflict markers a cycle wrote: memsync's own write, and no resolution
+                    # (only ``memsync resolve`` ends a conflict), so nothing a cycle could do.
+                    del candidates[tree_path]
+                    self._requested.pop(tree_path, None)
         changed = [p for p in candidates if p in base or not self._ignored(p)]
         for tree_path in changed:
             self._requested[tree_path] = candidates[tree_path]
@@ -133,6 +150,21 @@ class CheckoutBaseline:
             tree = {encoded[memory_path]: blob for memory_path, blob in files.items()}
         self._tree = (commit, tree)
         return tree
+
+    def _conflict_markers(self) -> dict[str, str]:
+        """``{tree path: blob id of the markers memsync wrote}`` of the open conflicts."""
+        assert self._mirror is not None  # opened by _base_tree, which changed() calls first
+        mirror = self._mirror
+        try:
+            markers = {}
+            for memory_path, record in open_conflicts(mirror).items():
+                blob = conflict_blob(mirror, record, "markers")
+                if blob is not None:
+                    markers[locate(mirror, memory_path) or encode_path(memory_path)] = blob
+            return markers
+        except MemsyncError as exc:
+            log.warning("cannot read the open conflicts of %s: %s", self.checkout, exc)
+            return {}
 
     def _ignored(self, tree_path: str) -> bool:
         """Whether the push's scan would leave the untracked file out too (memsync.mirror.ignores)."""
