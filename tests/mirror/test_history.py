@@ -540,6 +540,36 @@ def test_git_fast_import_refusing_a_stream_is_a_clear_error_and_moves_nothing(ne
     fsck(mirror.path)
 
 
+def test_marks_git_fast_import_did_not_leave_are_a_clear_error_and_move_nothing(
+    new_mirror: NewMirror, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror = new_mirror()
+    write(mirror, HISTORY[:2])
+    tip = mirror.tip()
+    # A fault git itself never makes (it exits non-zero when it cannot write marks): the marks file
+    # gone after a fast-import that succeeded, as another program deleting it would leave things.
+    real_git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True)
+    wrapper = tmp_path / "bin" / "git"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'"{real_git.stdout.strip()}" "$@"; status=$?\n'
+        'for arg; do case "$arg" in --export-marks=*) rm -f "${arg#--export-marks=}";; esac; done\n'
+        'exit "$status"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(
+        MirrorError, match=r"without the id of commit :1 in its marks file .*run the command again"
+    ):
+        write(mirror, HISTORY[2:4])
+    assert mirror.tip() == tip
+    monkeypatch.undo()
+    write(mirror, HISTORY[2:4])
+    assert mirror.tip() is not None and mirror.tip() != tip
+    fsck(mirror.path)
+
+
 @pytest.mark.parametrize("sealed_bytes", [1, 1 << 40], ids=["every-merge-seals", "never-sealed"])
 def test_merging_packs_keeps_everything_any_ref_reflog_or_the_index_reaches(
     new_mirror: NewMirror, monkeypatch: pytest.MonkeyPatch, sealed_bytes: int

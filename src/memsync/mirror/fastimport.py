@@ -195,11 +195,24 @@ class FastImport:
         """End the stream (the scratch ref deleted) and wait for the pack; commit ids by mark."""
         self._send(b"reset " + SCRATCH_REF.encode() + b"\ndone\n")
         self._close()
-        with contextlib.suppress(FileNotFoundError):
+        try:
             text = self._marks_file.read_text(encoding="ascii")
-            self._marks_file.unlink()
-            return {int(mark[1:]): oid for mark, oid in (line.split() for line in text.splitlines())}
-        return {}
+            ids = {int(mark[1:]): oid for mark, oid in (line.split() for line in text.splitlines())}
+        except FileNotFoundError:
+            ids = {}
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise MirrorError(f"cannot read git fast-import's marks file {self._marks_file}: {exc}") from exc
+        self._marks_file.unlink(missing_ok=True)
+        # Every commit of the stream must have its id: a caller indexes by mark, and a missing one
+        # would be a bare KeyError with no word of what happened. Nothing was moved yet, so a rerun
+        # writes the same commits again.
+        missing = [mark for mark in range(1, self._marks + 1) if mark not in ids]
+        if missing:
+            raise MirrorError(
+                f"git fast-import finished without the id of commit :{missing[0]} in its marks file"
+                f" {self._marks_file} ({len(missing)} missing); nothing was kept: run the command again"
+            )
+        return ids
 
     def abort(self) -> None:
         """End the stream, keeping nothing reachable: the scratch ref is deleted, no ref moved."""
