@@ -173,15 +173,21 @@ def _sharded_config(ctx: click.Context, flag: str | None, jobs: int | None = Non
     return config.with_shard(shard), source
 
 
-def _emit(reports: list[dict[str, Any]], as_json: bool, describe: Any) -> None:
-    """Print one JSON object, or a line per store (untrusted text escaped by the caller)."""
+def _emit(document: Any, reports: Sequence[Any], as_json: bool, describe: Any) -> None:
+    """Print the command's JSON document (``document``, a model of memsync.sync.outputs, holding
+    ``reports``: their outputs), or a line per store (untrusted text escaped by ``describe``)."""
     if as_json:
-        import json
-
-        click.echo(json.dumps({"stores": reports}, ensure_ascii=False, indent=2))
+        _print_json(document.model_validate({"stores": list(reports)}))
         return
     for report in reports:
-        click.echo(describe(report))
+        click.echo(describe(report.to_json()))
+
+
+def _print_json(document: Any) -> None:
+    """One JSON object: a model of memsync.sync.outputs, serialised as its schema says."""
+    import json
+
+    click.echo(json.dumps(document.to_json(), ensure_ascii=False, indent=2))
 
 
 @cli.command()
@@ -200,6 +206,8 @@ def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
     with client_for(config) as client:
         selected = {store.id for store in select_stores(client, config).stores}
         listed = list(client.list_stores(include_archived=True))
+    from memsync.sync.outputs import StoreRow, StoresListDocument
+
     rows: list[dict[str, Any]] = [
         {
             "id": store.id,
@@ -238,7 +246,7 @@ def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
             flags.append(f"shard {row['shard']}/{in_force.count}")
         return f"{row['id']}  {escape_for_terminal(row['name'])}  [{', '.join(flags) or 'not selected'}]"
 
-    _emit(rows, as_json, describe)
+    _emit(StoresListDocument, [StoreRow.model_validate(row) for row in rows], as_json, describe)
 
 
 @cli.command()
@@ -291,7 +299,9 @@ def pull(
                 done=progress.store_done,
             )
     reports += [not_listed(selection, config.mirror.root, s) for s in selection.deleted_remotely]
-    _emit([r.to_json() for r in reports], as_json, _describe_pull)
+    from memsync.sync.outputs import PullDocument
+
+    _emit(PullDocument, [r.output() for r in reports], as_json, _describe_pull)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
 
@@ -439,8 +449,10 @@ def daemon(
         raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
     config, _ = _sharded_config(ctx, shard, jobs)
     if once:
+        from memsync.sync.outputs import CycleDocument
+
         reports, code = run_once(config)
-        _emit(reports, as_json, _describe_cycle)
+        _emit(CycleDocument, reports, as_json, _describe_cycle)
         ctx.exit(code)
     ctx.exit(run_daemon(config, max_failures=max_failures))
 
@@ -473,7 +485,9 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
 
     config = _load_config(ctx)
     share = config.push.max_delete_share
-    reports: list[dict[str, Any]] = []
+    from memsync.sync.outputs import Output, PushDocument
+
+    reports: list[Output] = []
     codes: list[int] = []
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
@@ -482,13 +496,13 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
                 predicted = predict_push(
                     client, store, config.mirror.root, force=force, max_delete_share=share
                 )
-                reports.append(predicted.to_json())
+                reports.append(predicted.output())
                 codes.append(predicted.exit_code)
             else:
                 done = run_cycle(client, store, config.mirror.root, force=force, max_delete_share=share)
-                reports.append(done.to_json())
+                reports.append(done.output())
                 codes.append(done.exit_code)
-    _emit(reports, as_json, _describe_prediction if dry_run else _describe_cycle)
+    _emit(PushDocument, reports, as_json, _describe_prediction if dry_run else _describe_cycle)
     ctx.exit(combine_exit_codes(codes))
 
 
@@ -526,7 +540,9 @@ def sync(
         CycleReport(store_id=store_id, pull=not_listed(selection, config.mirror.root, store_id))
         for store_id in selection.deleted_remotely
     ]
-    _emit([r.to_json() for r in done], as_json, _describe_cycle)
+    from memsync.sync.outputs import CycleDocument
+
+    _emit(CycleDocument, [r.output() for r in done], as_json, _describe_cycle)
     ctx.exit(combine_exit_codes(r.exit_code for r in done))
 
 
@@ -621,7 +637,10 @@ def status(ctx: click.Context, store_names: tuple[str, ...], as_json: bool) -> N
         found.append(report)
     # Awareness views are read-only: status names edits made there (docs/awareness.md).
     views = [] if store_names else view_statuses(config.mirror.root)
-    _emit([r.to_json() for r in found] + [v.to_json() for v in views], as_json, _describe_status_or_view)
+    from memsync.sync.outputs import StatusDocument
+
+    outputs = [r.output() for r in found] + [v.output() for v in views]
+    _emit(StatusDocument, outputs, as_json, _describe_status_or_view)
     ctx.exit(combine_exit_codes([r.exit_code for r in found] + [v.exit_code for v in views]))
 
 
@@ -742,8 +761,11 @@ def resolve(
         "edited": "with the file as you edited it",
         "deleted": "as a delete",
     }
+    from memsync.sync.outputs import ResolveDocument
+
     _emit(
-        [done.to_json()],
+        ResolveDocument,
+        [done.output()],
         as_json,
         lambda r: (
             f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; the next memsync push or sync"
@@ -791,7 +813,9 @@ def backup(
             selected=progress.total,
             done=progress.store_done,
         )
-    _emit([r.to_json() for r in reports], as_json, _describe_backup)
+    from memsync.sync.outputs import BackupDocument
+
+    _emit(BackupDocument, [r.output() for r in reports], as_json, _describe_backup)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
 
@@ -854,7 +878,9 @@ def verify(
                 done=progress.store_done,
             )
     reports += [verify_deleted(config.mirror.root, s, selection) for s in selection.deleted_remotely]
-    _emit([r.to_json() for r in reports], as_json, describe)
+    from memsync.sync.outputs import VerifyDocument
+
+    _emit(VerifyDocument, [r.output() for r in reports], as_json, describe)
     ctx.exit(combine_exit_codes(r.exit_code for r in reports))
 
 
@@ -905,7 +931,9 @@ def restore(
             force=force,
             max_delete_share=config.push.max_delete_share,
         )
-    _emit([report.to_json()], as_json, describe)
+    from memsync.sync.outputs import RestoreDocument
+
+    _emit(RestoreDocument, [report.output()], as_json, describe)
     ctx.exit(report.exit_code)
 
 
@@ -935,7 +963,6 @@ def _print_mounts_after(
 ) -> None:
     """Make ``change`` (if any) with a Forward client, then print the mounts of IDENTITY and TEMPLATE
     it leaves, under the line ``change`` returns."""
-    import json
 
     from memsync.sync.awareness import describe_mounts, mounts_document
 
@@ -945,11 +972,11 @@ def _print_mounts_after(
         listed = client.list_mounts(identity, template)
     document = mounts_document(identity, template, listed)
     if as_json:
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        _print_json(document)
         return
     if note:
         click.echo(note)
-    click.echo(describe_mounts(document))
+    click.echo(describe_mounts(document.to_json()))
 
 
 @cli.command()
@@ -1012,7 +1039,6 @@ def awareness(ctx: click.Context, identity: str, template: str, as_json: bool, s
     The first holder of a path in mount order wins (the reference's assumption, docs/awareness.md).
     Nothing in the view is ever pushed: make edits in the stores' checkouts.
     """
-    import json
 
     from memsync.sync.awareness import describe_awareness, refresh_awareness
 
@@ -1020,7 +1046,7 @@ def awareness(ctx: click.Context, identity: str, template: str, as_json: bool, s
     with client:
         report = refresh_awareness(client, config.mirror.root, identity, template)
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        _print_json(report.output())
     else:
         click.echo(describe_awareness(report))
     ctx.exit(report.exit_code_for(strict=strict))
@@ -1033,6 +1059,36 @@ def _describe_status_or_view(report: dict[str, Any]) -> str:
 
 
 # --- end of mounts and awareness views ---
+
+
+@cli.command()
+@click.argument("name", required=False, metavar="[COMMAND]")
+@click.option(
+    "--write",
+    "folder",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write one COMMAND.json per document into this folder instead of printing.",
+)
+def schema(name: str | None, folder: Path | None) -> None:
+    """Print the JSON Schema of what COMMAND prints with --json (every command's, by name, without
+    COMMAND). daemon-once is daemon --once; failed-run is what any command prints when its whole run
+    fails. docs/json-schema/ holds the same files."""
+    import json
+
+    from memsync.sync.outputs import DOCUMENTS, json_schema
+
+    if name is not None and name not in DOCUMENTS:
+        raise UsageError(f"no JSON document named {name!r}: one of {', '.join(sorted(DOCUMENTS))}")
+    names = [name] if name is not None else sorted(DOCUMENTS)
+    if folder is None:
+        found = json_schema(names[0]) if name is not None else {n: json_schema(n) for n in names}
+        click.echo(json.dumps(found, ensure_ascii=False, indent=2))
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for each in names:
+        text = json.dumps(json_schema(each), ensure_ascii=False, indent=2) + "\n"
+        (folder / f"{each}.json").write_text(text, encoding="utf-8")
+    click.echo(f"wrote {len(names)} schema file(s) to {folder}")
 
 
 class _RetryNotes(logging.Filter):
@@ -1097,5 +1153,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if as_json and message is not None:
         import json
 
-        click.echo(json.dumps({"error": message, "exit_code": code, "stores": []}, ensure_ascii=False))
+        from memsync.sync.outputs import FailedRun
+
+        failed = FailedRun(error=message, exit_code=code if isinstance(code, int) else EXIT_FAILED, stores=[])
+        click.echo(json.dumps(failed.to_json(), ensure_ascii=False))
     sys.exit(code if isinstance(code, int) else 0)

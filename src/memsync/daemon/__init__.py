@@ -19,9 +19,8 @@ from memsync.daemon._logs import SecretFilter, configure_logging
 from memsync.daemon._state import STATE_FILE, LastCycle, StoreState, read_state, state_path
 
 if TYPE_CHECKING:  # annotations only: the public surface stays exactly __all__
-    from typing import Any
-
     from memsync.config import Config
+    from memsync.sync.outputs import CycleOutput
 
 
 def run_daemon(config: Config, *, max_failures: int | None = None) -> int:
@@ -48,8 +47,8 @@ def run_daemon(config: Config, *, max_failures: int | None = None) -> int:
     return code
 
 
-def run_once(config: Config) -> tuple[list[dict[str, Any]], int]:
-    """One cycle per selected store: (``--json`` entries, the exit code of docs/design.md §4)."""
+def run_once(config: Config) -> tuple[list[CycleOutput], int]:
+    """One cycle per selected store: (their ``--json`` outputs, the exit code of docs/design.md §4)."""
     from memsync.daemon._daemon import Daemon
 
     configure_logging(config.log, secrets=_secrets(config))

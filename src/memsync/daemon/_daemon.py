@@ -78,6 +78,7 @@ from memsync.mirror import escape_for_terminal
 from memsync.sync.cycle import CycleReport, run_cycle
 from memsync.sync.fleet import in_parallel
 from memsync.sync.locks import held
+from memsync.sync.outputs import CycleOutput
 from memsync.sync.pull import PullReport, not_listed, store_lock
 from memsync.sync.status import conflict_paths
 from memsync.sync.stores import Selection, client_for, select_stores
@@ -512,13 +513,13 @@ class Daemon:
 
     # --- one pass over every store (--once) ------------------------------------------------------
 
-    def run_once(self) -> tuple[list[dict[str, Any]], int]:
+    def run_once(self) -> tuple[list[CycleOutput], int]:
         """One cycle per selected store, ``fleet.concurrency`` at once: (their reports in the
         selection's order, the exit code of docs/design.md §4)."""
         with daemon_lock(self.config.mirror.root):
             selection = self._discovery()
 
-            def once(store: Store) -> tuple[dict[str, Any], int]:
+            def once(store: Store) -> tuple[CycleOutput, int]:
                 record = self._record_for(store)
                 started = datetime.now(UTC)
                 result = self._call_runner(store, full_scan=False)
@@ -526,14 +527,14 @@ class Daemon:
                 failures = 0 if result.outcome in (Outcome.SUCCESS, Outcome.NOOP) else 1
                 self._write_state(store.id, status=STOPPED, failures=failures)
                 self._log_result(store.id, result, retry_in=None, record=record)
-                return _report_json(store, self.config.mirror.root, result), _exit_code(result)
+                return _report(store, self.config.mirror.root, result), _exit_code(result)
 
             done = in_parallel(selection.stores, once, jobs=self.config.fleet.concurrency)
             reports = [report for report, _ in done]
             codes = [code for _, code in done]
             for store_id in selection.deleted_remotely:
                 gone = not_listed(selection, self.config.mirror.root, store_id)
-                reports.append(CycleReport(store_id=store_id, pull=gone).to_json())
+                reports.append(CycleReport(store_id=store_id, pull=gone).output())
             for key in self.awareness.views():
                 if self.awareness.refresh_now(key) is None:
                     codes.append(EXIT_FAILED)
@@ -923,13 +924,13 @@ def daemon_lock(root: Path) -> Iterator[None]:
         yield
 
 
-def _report_json(store: Store, root: Path, result: CycleResult) -> dict[str, Any]:
+def _report(store: Store, root: Path, result: CycleResult) -> CycleOutput:
     report = result.report
     if report is None:
         pull = PullReport(id=store.id, name=store.name, path=str(root / store.id))
         pull.fail(result.error or "the cycle did not run")
         report = CycleReport(store_id=store.id, pull=pull)
-    return report.to_json()
+    return report.output()
 
 
 def _exit_code(result: CycleResult) -> int:

@@ -57,9 +57,10 @@ from memsync.mirror import (
 )
 from memsync.rules import Dialect
 from memsync.sync.locks import held
+from memsync.sync.outputs import AwarenessDocument, MountsDocument, ViewOutput
 from memsync.sync.pull import PullReport, mirror_path, pull_store
 from memsync.sync.push import working_tree_path
-from memsync.sync.report import Outcome
+from memsync.sync.report import Outcome, Reported
 
 log = logging.getLogger("memsync.awareness")
 
@@ -106,9 +107,11 @@ def mount_entries(mounts: Sequence[Mount]) -> list[dict[str, Any]]:
     ]
 
 
-def mounts_document(identity: str, template: str, mounts: Sequence[Mount]) -> dict[str, Any]:
+def mounts_document(identity: str, template: str, mounts: Sequence[Mount]) -> MountsDocument:
     """``memsync mounts --json``."""
-    return {"identity": identity, "template": template, "mounts": mount_entries(mounts)}
+    return MountsDocument.model_validate(
+        {"identity": identity, "template": template, "mounts": mount_entries(mounts)}
+    )
 
 
 def describe_mounts(document: dict[str, Any]) -> str:
@@ -132,7 +135,7 @@ def describe_mounts(document: dict[str, Any]) -> str:
 
 
 @dataclass
-class AwarenessReport(Outcome):
+class AwarenessReport(Outcome, Reported):
     """What ``memsync awareness`` (or the daemon) did to one view."""
 
     identity: str
@@ -157,16 +160,18 @@ class AwarenessReport(Outcome):
             return self.code
         return EXIT_ATTENTION if strict and self.collisions else EXIT_OK
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "identity": self.identity,
-            "template": self.template,
-            "path": self.path,
-            "tip": self.tip,
-            "rebuilt": self.rebuilt,
-            "mounts": self.mounts,
-            "collisions": [c.to_json() for c in self.collisions],
-        }
+    def output(self) -> AwarenessDocument:
+        return AwarenessDocument.model_validate(
+            {
+                "identity": self.identity,
+                "template": self.template,
+                "path": self.path,
+                "tip": self.tip,
+                "rebuilt": self.rebuilt,
+                "mounts": self.mounts,
+                "collisions": [c.to_json() for c in self.collisions],
+            }
+        )
 
 
 def view_lock(root: Path, identity: str, template: str) -> contextlib.AbstractContextManager[None]:
@@ -430,7 +435,7 @@ def _write(
 
 
 @dataclass
-class ViewStatus(Outcome):
+class ViewStatus(Outcome, Reported):
     """A view as ``memsync status`` shows it: its collisions, and edits nobody will push."""
 
     id: str
@@ -452,21 +457,23 @@ class ViewStatus(Outcome):
             return self.code
         return EXIT_ATTENTION if self.edits else EXIT_OK
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "ok": self.ok,
-            "error": self.error,
-            "view": True,
-            "identity": self.identity,
-            "template": self.template,
-            "path": self.path,
-            "tip": self.tip,
-            "built_at": self.built_at,
-            "mounts": self.mounts,
-            "collisions": self.collisions,
-            "edits": self.edits,
-        }
+    def output(self) -> ViewOutput:
+        return ViewOutput.model_validate(
+            {
+                "id": self.id,
+                "ok": self.ok,
+                "error": self.error,
+                "view": True,
+                "identity": self.identity,
+                "template": self.template,
+                "path": self.path,
+                "tip": self.tip,
+                "built_at": self.built_at,
+                "mounts": self.mounts,
+                "collisions": self.collisions,
+                "edits": self.edits,
+            }
+        )
 
 
 def view_statuses(root: Path) -> list[ViewStatus]:

@@ -34,6 +34,7 @@ from memsync.errors import (
 )
 from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
 from memsync.sync.fleet import for_each_store
+from memsync.sync.outputs import BackupOutput
 from memsync.sync.pull import PullReport, mirror_path, pull_store, store_lock
 from memsync.sync.report import StoreReport
 from memsync.sync.stores import select_stores
@@ -65,20 +66,22 @@ class BackupReport(StoreReport):
         self.error = message if self.error is None else f"{self.error}; {message}"
         self.code = combine_exit_codes([self.code, code])
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "ok": self.ok,
-            "error": self.error,
-            "imported": self.imported,
-            "archived": self.archived,
-            "deleted_remotely": self.deleted_remotely,
-            "refs_pushed": sum(result.pushed for result in self.remotes),
-            "remotes": [result.to_json() for result in self.remotes],
-            "rewrite": self.rewrite,
-            "warnings": self.warnings,
-        }
+    def output(self) -> BackupOutput:
+        return BackupOutput.model_validate(
+            {
+                "id": self.id,
+                "name": self.name,
+                "ok": self.ok,
+                "error": self.error,
+                "imported": self.imported,
+                "archived": self.archived,
+                "deleted_remotely": self.deleted_remotely,
+                "refs_pushed": sum(result.pushed for result in self.remotes),
+                "remotes": [result.to_json() for result in self.remotes],
+                "rewrite": self.rewrite,
+                "warnings": self.warnings,
+            }
+        )
 
 
 def slug(name: str) -> str:

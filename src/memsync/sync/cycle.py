@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from memsync.api import Client, Store
 from memsync.errors import LockHeld, MemsyncError, combine_exit_codes, storage_fault
 from memsync.mirror import Mirror, head_problem, keep_base_ids
+from memsync.sync.outputs import CycleOutput
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
@@ -24,12 +24,13 @@ from memsync.sync.push import (
     reconcile,
     report_open_conflicts,
 )
+from memsync.sync.report import Reported
 
 log = logging.getLogger("memsync.cycle")
 
 
 @dataclass
-class CycleReport:
+class CycleReport(Reported):
     """The outcome of one cycle: ``changed`` (anything imported, pushed or written), ``ok``, the parts.
 
     ``conflicts`` (working-tree paths of the open conflicts) and ``rejected`` (``{"path", "reason"}``)
@@ -70,20 +71,22 @@ class CycleReport:
             codes.append(self.push.exit_code)
         return combine_exit_codes(codes)
 
-    def to_json(self) -> dict[str, Any]:
+    def output(self) -> CycleOutput:
         push = self.push
-        return {
-            **self.pull.to_json(),
-            "ok": self.ok,
-            "error": self.error,
-            "pushed": self.pushed,
-            "conflicts": [{"path": path} for path in self.conflicts],
-            "rejected": self.rejected,
-            "withheld": push.withheld if push is not None else [],
-            "kept_commits": push.kept_commits if push is not None else None,
-            "blocked": push.blocked if push is not None else None,
-            "push": push.to_json() if push is not None else None,
-        }
+        return CycleOutput.model_validate(
+            {
+                **self.pull.fields(),
+                "ok": self.ok,
+                "error": self.error,
+                "pushed": self.pushed,
+                "conflicts": [{"path": path} for path in self.conflicts],
+                "rejected": self.rejected,
+                "withheld": push.withheld if push is not None else [],
+                "kept_commits": push.kept_commits if push is not None else None,
+                "blocked": push.blocked if push is not None else None,
+                "push": push.output() if push is not None else None,
+            }
+        )
 
 
 def run_cycle(

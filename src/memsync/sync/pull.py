@@ -91,6 +91,7 @@ from memsync.mirror import (
 )
 from memsync.rules import Dialect
 from memsync.sync.locks import held
+from memsync.sync.outputs import PullOutput
 from memsync.sync.report import StoreReport
 from memsync.sync.stores import Selection
 
@@ -129,7 +130,11 @@ class PullReport(StoreReport):
     inferred_deletes: list[dict[str, str]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=lambda: {"memories": "unchanged", "requests": 0})
 
-    def to_json(self) -> dict[str, Any]:
+    def output(self) -> PullOutput:
+        return PullOutput.model_validate(self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        """The keys of :class:`PullOutput`, as built (a cycle's output extends them)."""
         return {
             "id": self.id,
             "name": self.name,

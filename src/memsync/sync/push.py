@@ -88,6 +88,7 @@ from memsync.mirror import (
     write_base,
 )
 from memsync.mirror import encode_path as _encode_path
+from memsync.sync.outputs import PushOutput
 from memsync.sync.pull import mirror_path
 from memsync.sync.report import StoreReport
 
@@ -144,7 +145,7 @@ class PushReport(StoreReport):
             return EXIT_BLOCKED
         return EXIT_ATTENTION if self.needs_attention else EXIT_OK
 
-    def to_json(self) -> dict[str, Any]:
+    def output(self) -> PushOutput:
         found: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
@@ -165,7 +166,7 @@ class PushReport(StoreReport):
         }
         if self.dry_run:
             found["predicted"] = self.predicted
-        return found
+        return PushOutput.model_validate(found)
 
 
 def archived_message(store: Store) -> str:

@@ -1,6 +1,6 @@
 """What one command did to one store: the part every command's report shares.
 
-Each command's report (pull, push, status, verify, backup) adds its own fields and its ``to_json``;
+Each command's report (pull, push, status, verify, backup) adds its own fields and its ``output``;
 the store, the outcome and the exit code are these, and a failure is recorded the same way (restore
 shares :class:`Outcome` only).
 """
@@ -8,8 +8,10 @@ shares :class:`Outcome` only).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from memsync.errors import EXIT_FAILED, EXIT_OK, storage_fault_hint
+from memsync.sync.outputs import Output
 
 
 class Outcome:
@@ -37,8 +39,18 @@ class Outcome:
         self.code = code
 
 
+class Reported:
+    """A report whose ``--json`` form is :meth:`output`, a model of :mod:`memsync.sync.outputs`."""
+
+    def output(self) -> Output:
+        raise NotImplementedError(f"{type(self).__name__} declares no output model")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.output().to_json()
+
+
 @dataclass
-class StoreReport(Outcome):
+class StoreReport(Outcome, Reported):
     id: str
     name: str = ""
     ok: bool = True

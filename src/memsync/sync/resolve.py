@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from memsync.errors import MemsyncError, RuleViolation, UsageError, UserError
 from memsync.mirror import (
@@ -46,7 +45,9 @@ from memsync.mirror import (
     write_base,
 )
 from memsync.rules import Dialect, decode_content
+from memsync.sync.outputs import ResolveOutput
 from memsync.sync.pull import store_lock
+from memsync.sync.report import Reported
 from memsync.sync.stores import existing_mirrors
 
 OURS = "ours"
@@ -63,7 +64,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Resolution:
+class Resolution(Reported):
     """What :func:`resolve_conflict` did."""
 
     store_id: str
@@ -71,15 +72,17 @@ class Resolution:
     choice: str  # ours | theirs | edited | deleted
     resolved_ref: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.store_id,
-            "ok": True,
-            "error": None,
-            "path": self.path,
-            "resolution": self.choice,
-            "resolved_ref": self.resolved_ref,
-        }
+    def output(self) -> ResolveOutput:
+        return ResolveOutput.model_validate(
+            {
+                "id": self.store_id,
+                "ok": True,
+                "error": None,
+                "path": self.path,
+                "resolution": self.choice,
+                "resolved_ref": self.resolved_ref,
+            }
+        )
 
 
 def find_target(path: str, *, cwd: Path, root: Path, store: str | None = None) -> Target:

@@ -48,7 +48,8 @@ from memsync.rules import (
     check_store_metadata,
     decode_content,
 )
-from memsync.sync.report import Outcome
+from memsync.sync.outputs import RestoreOutput
+from memsync.sync.report import Outcome, Reported
 
 MARKER_KEY = "memsync-restore"
 HISTORY_NOTE = (
@@ -58,7 +59,7 @@ HISTORY_NOTE = (
 
 
 @dataclass
-class RestoreReport(Outcome):
+class RestoreReport(Outcome, Reported):
     """What a restore did (or, with ``--dry-run``, would do); ``to_json`` is its ``--json`` entry."""
 
     id: str | None
@@ -76,22 +77,24 @@ class RestoreReport(Outcome):
     rejected: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "ok": self.ok,
-            "error": self.error,
-            "source": self.source,
-            "commit": self.commit,
-            "new_store": self.new_store,
-            "dry_run": self.dry_run,
-            "planned": self.planned,
-            "done": self.done,
-            "writes": self.writes,
-            "rejected": self.rejected,
-            "warnings": self.warnings,
-        }
+    def output(self) -> RestoreOutput:
+        return RestoreOutput.model_validate(
+            {
+                "id": self.id,
+                "name": self.name,
+                "ok": self.ok,
+                "error": self.error,
+                "source": self.source,
+                "commit": self.commit,
+                "new_store": self.new_store,
+                "dry_run": self.dry_run,
+                "planned": self.planned,
+                "done": self.done,
+                "writes": self.writes,
+                "rejected": self.rejected,
+                "warnings": self.warnings,
+            }
+        )
 
 
 def restore(

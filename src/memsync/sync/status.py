@@ -30,6 +30,7 @@ from memsync.mirror import (
 )
 from memsync.mirror import encode_path as _encode_path
 from memsync.rules import Dialect
+from memsync.sync.outputs import StatusOutput
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
     PushReport,
@@ -69,24 +70,26 @@ class StatusReport(StoreReport):
             return EXIT_BLOCKED
         return EXIT_ATTENTION if self.conflicts or self.rejected or self.withheld else EXIT_OK
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "ok": self.ok,
-            "error": self.error,
-            "path": self.path,
-            "conflicts": self.conflicts,
-            "rejected": self.rejected,
-            "withheld": self.withheld,
-            "pending": self.pending,
-            "incoming": self.incoming,
-            "kept_commits": self.kept_commits,
-            "tip": self.tip,
-            "daemon": self.daemon,
-            "history_truncated": self.history_truncated,
-            "blocked": self.blocked,
-        }
+    def output(self) -> StatusOutput:
+        return StatusOutput.model_validate(
+            {
+                "id": self.id,
+                "name": self.name,
+                "ok": self.ok,
+                "error": self.error,
+                "path": self.path,
+                "conflicts": self.conflicts,
+                "rejected": self.rejected,
+                "withheld": self.withheld,
+                "pending": self.pending,
+                "incoming": self.incoming,
+                "kept_commits": self.kept_commits,
+                "tip": self.tip,
+                "daemon": self.daemon,
+                "history_truncated": self.history_truncated,
+                "blocked": self.blocked,
+            }
+        )
 
 
 def select_mirrors(root: Path, named: Iterable[str]) -> list[Path]:

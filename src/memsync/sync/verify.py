@@ -51,6 +51,7 @@ from memsync.api import Client, MemoryVersion, Store
 from memsync.errors import EXIT_DRIFT, EXIT_USAGE, MemsyncError
 from memsync.mirror import BackupRepository, ImportedCommit, escape_for_terminal
 from memsync.rules import Dialect
+from memsync.sync.outputs import VerifyOutput
 from memsync.sync.pull import mirror_path, store_lock
 from memsync.sync.report import StoreReport
 from memsync.sync.stores import Selection
@@ -324,19 +325,21 @@ class VerifyReport(StoreReport):
             listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
             self.fail(f"the mirror differs from the store: {listed}", EXIT_DRIFT)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "ok": self.ok,
-            "error": self.error,
-            "path": self.path,
-            "tip": self.tip,
-            "commits": self.commits,
-            "versions": self.versions,
-            "drift": self.drift,
-            "differences": [d.to_json() for d in self.differences],
-        }
+    def output(self) -> VerifyOutput:
+        return VerifyOutput.model_validate(
+            {
+                "id": self.id,
+                "name": self.name,
+                "ok": self.ok,
+                "error": self.error,
+                "path": self.path,
+                "tip": self.tip,
+                "commits": self.commits,
+                "versions": self.versions,
+                "drift": self.drift,
+                "differences": [d.to_json() for d in self.differences],
+            }
+        )
 
 
 def verify_store(client: Client, store: Store, root: Path, *, now: datetime | None = None) -> VerifyReport:
