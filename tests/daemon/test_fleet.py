@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +72,16 @@ def make_stores(client: Client, count: int) -> tuple[str, list[str]]:
 
 
 def start(
-    folder: Path, server: ServerProcess, prefix: str, daemons: list[Running], *, extra: str = ""
+    folder: Path,
+    server: ServerProcess,
+    prefix: str,
+    daemons: list[Running],
+    *,
+    extra: str = "",
+    wrapper: Sequence[str] = (),
 ) -> Running:
+    """A ``memsync daemon`` on the stores named ``prefix-*``; ``wrapper`` runs before it (and must exec
+    it, so that the process is the daemon)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "memsync.toml"
     config.write_text(
@@ -83,7 +91,7 @@ def start(
         '[fleet]\nconcurrency = 4\n[log]\nlevel = "info"\n'
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "memsync", "--config", str(config), "daemon"],
+        [*wrapper, sys.executable, "-m", "memsync", "--config", str(config), "daemon"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,12 +1,12 @@
 """``daemon.watcher`` end to end: a real ``memsync daemon`` per backend takes a save to the store, says
-which backend runs in its log and in ``/metrics``; where inotify cannot start (the kernel's instance
-limit reached: a real fault, made with the sysctl), ``auto`` falls back to polling with a warning, not
-a ``NOT WATCHING`` error."""
+which backend runs in its log and in ``/metrics``; where inotify cannot start (the instance limit
+reached: a real fault, the limit set to 0 in the daemon's own user namespace), ``auto`` falls back to
+polling with a warning, not a ``NOT WATCHING`` error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -19,8 +19,6 @@ from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
 __all__ = ["daemons"]  # the fixture, shared with test_fleet
-
-INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 
 
 def _save_reaches_the_store(running: Running, client: Client, root: Path, store_id: str) -> None:
@@ -55,29 +53,36 @@ def test_each_backend_takes_a_save_to_the_store_and_names_itself(
     assert f'memsync_watcher_backend{{backend="{backend}"}} 1.0' in metrics
 
 
-@contextmanager
-def _inotify_instances(limit: int) -> Iterator[None]:
-    before = INSTANCES.read_text()
-    INSTANCES.write_text(f"{limit}\n")
-    try:
-        yield
-    finally:
-        INSTANCES.write_text(before)
+# The kernel's inotify instance limit, made 0 for the daemon alone: a new user namespace has its own
+# (fs.inotify.max_user_instances is the initial namespace's; changing it would fault every other
+# process watching files on the machine, a test running beside this one included).
+NO_INOTIFY = (
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "sh",
+    "-c",
+    'echo 0 > /proc/sys/user/max_inotify_instances && exec "$0" "$@"',
+)
+
+
+def _user_namespaces() -> str | None:
+    """Why a daemon cannot run with its own inotify limit here, or None."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run([*NO_INOTIFY, "true"], capture_output=True, text=True, check=False)
+    return None if probe.returncode == 0 else f"no user namespace with its own limits: {probe.stderr.strip()}"
 
 
 def test_auto_falls_back_to_polling_where_inotify_cannot_start(
     tmp_path: Path, server: ServerProcess, client: Client, daemons: list[Running]
 ) -> None:
-    try:
-        INSTANCES.write_text(INSTANCES.read_text())  # root in the initial namespace only
-    except OSError as exc:
-        pytest.skip(f"cannot set the kernel's inotify instance limit here: {exc}")
+    why = _user_namespaces()
+    if why is not None:
+        pytest.skip(why)
     prefix, (store_id,) = make_stores(client, 1)
-    with _inotify_instances(0):
-        running = start(tmp_path, server, prefix, daemons, extra='poll_interval = "0.2s"')
-        wait_for(
-            lambda: running.logged("watching the checkouts with"), what="the watcher to start", timeout=60
-        )
+    running = start(tmp_path, server, prefix, daemons, extra='poll_interval = "0.2s"', wrapper=NO_INOTIFY)
+    wait_for(lambda: running.logged("watching the checkouts with"), what="the watcher to start", timeout=60)
     assert running.logged("the inotify watcher cannot run")
     assert running.logged("watching the checkouts with poll")
     assert not running.logged("NOT WATCHING")
