@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,22 +22,40 @@ settings.register_profile("soak", max_examples=3000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# What makes a test end-to-end: a process boundary (the reference server, the memsync CLI, a daemon,
-# kills) or a real mount. The rest (the mirror against real git repositories, rules, config, the
-# engine's pure parts, fuzzed pure properties) is the inner loop: `pytest -m "not e2e"`.
-_E2E_FIXTURES = {"server", "server_factory"}
-_E2E_FOLDERS = {"reliability", "platforms", "sdk", "daemon", "backup", "push", "sync", "awareness", "server"}
+# What makes a test end-to-end: a process boundary (a server process, the memsync CLI or a daemon as a
+# process, kills, strace) or a real mount. The rest — the mirror against real git repositories, rules,
+# config, the engine, fuzzed properties, and whatever talks to the in-process reference server (the
+# session's ``server``) — is the inner loop: `pytest -m "not e2e"`. A module is end-to-end when its
+# text names a way to start a process or mount (itself, or the helpers it imports that do).
+_E2E_FIXTURES = {"server_factory"}
+_E2E_FOLDERS = {"reliability", "platforms", "sdk"}
+_E2E_TEXT = re.compile(r"sys\.executable|os\.kill|signal\.SIG|strace|unshare|mount|ServerProcess\(")
+_IMPORTS = re.compile(r"^from (tests(?:\.\w+)+) import", re.MULTILINE)
+
+
+@functools.cache
+def _starts_processes(module: Path) -> bool:
+    text = module.read_text(encoding="utf-8")
+    if _E2E_TEXT.search(text):
+        return True
+    root = Path(__file__).parent.parent
+    for name in _IMPORTS.findall(text):
+        helper = root.joinpath(*name.split(".")).with_suffix(".py")
+        # tests.support.server starts the server as a process only for server_factory (above).
+        if helper.is_file() and helper.name != "server.py" and helper != module and _starts_processes(helper):
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(root).parts
+        module = Path(str(item.fspath))
         uses = set(getattr(item, "fixturenames", ()))
         if (
             uses & _E2E_FIXTURES
-            or parts[0] in _E2E_FOLDERS
-            or parts[-1] in ("test_cli.py", "test_kubernetes.py")
+            or module.relative_to(root).parts[0] in _E2E_FOLDERS
+            or _starts_processes(module)
         ):
             item.add_marker(pytest.mark.e2e)
 
@@ -59,9 +79,10 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One reference server for the whole session (tests create their own stores in it)."""
+    """One reference server for the whole session (tests create their own stores in it), in a thread
+    of the test process: a test that needs the server's own process starts one (server_factory)."""
     db = tmp_path_factory.mktemp("server") / "memstore.sqlite3"
-    with ServerProcess(db=db) as proc:
+    with ServerProcess(db=db, in_process=True) as proc:
         yield proc
 
 

@@ -1,4 +1,5 @@
-"""Start the real reference server (`memsync server`) as a subprocess on 127.0.0.1, port 0."""
+"""Start the real reference server on 127.0.0.1, port 0: as a subprocess (`memsync server`), or in a
+thread of the test process (``in_process``: the same app, for tests that need no process boundary)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memsync.server import BackgroundServer
+
 START_DEADLINE_S = 30.0
 
 
@@ -23,8 +26,17 @@ class ServerProcess:
     process: subprocess.Popen[str] | None = None
     base_url: str = ""
     output: list[str] = field(default_factory=list)
+    # In a thread of this process (memsync.server.BackgroundServer): no flags, no process to signal.
+    in_process: bool = False
+    background: BackgroundServer | None = None
 
     def start(self) -> ServerProcess:
+        if self.in_process:
+            if self.extra_args:
+                raise ValueError("server flags need the process: in_process=False")
+            self.background = BackgroundServer(self.db, [self.token]).start()
+            self.base_url = self.background.url
+            return self
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("MEMSYNC_SERVER_TOKEN", None)
         args = [sys.executable, "-m", "memsync", "server", "--port", "0", "--db", str(self.db)]
@@ -59,6 +71,10 @@ class ServerProcess:
                 return self
 
     def stop(self) -> int | None:
+        if self.background is not None:
+            self.background.stop()
+            self.background = None
+            return 0
         if self.process is None:
             return None
         if self.process.poll() is None:

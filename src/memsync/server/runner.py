@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +73,7 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
-        if self.started:
+        if self.started and self._announce:
             print(self._announce, flush=True)
 
     @contextlib.contextmanager
@@ -87,6 +88,75 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+
+def _uvicorn_config(app: object) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        http=TransportExposingH11Protocol,
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+
+
+class BackgroundServer:
+    """The reference server in a thread of this process, on a loopback port the kernel picks.
+
+    For embedding (tests, tools) where a process of its own is not the point: the same app and
+    HTTP protocol as ``memsync server``, without its signal handling. ``url`` is known once
+    :meth:`start` returns; :meth:`stop` (or leaving the ``with`` block) shuts it down and closes
+    the database.
+    """
+
+    START_DEADLINE_S = 30.0
+
+    def __init__(self, db: Path, tokens: list[str], *, seed_file: Path | None = None) -> None:
+        if not tokens:
+            raise UsageError("the server needs a token")
+        self.db, self.tokens, self.seed_file = db, tokens, seed_file
+        self.url = ""
+        self._engine: Engine | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    def start(self) -> BackgroundServer:
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        self._engine = Engine(self.db)
+        if self.seed_file is not None:
+            load_seed_file(self._engine, self.seed_file)
+        self._socket = bind_socket("127.0.0.1", 0)
+        self._server = _Server(_uvicorn_config(create_app(self._engine, tokens=self.tokens)), "")
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="memsync-server", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + self.START_DEADLINE_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise EnvironmentProblem("the reference server did not start in its thread")
+            time.sleep(0.005)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=15)
+        if self._socket is not None:
+            self._socket.close()
+        if self._engine is not None:
+            self._engine.close()
+        self._server = self._thread = self._socket = self._engine = None
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def run(
@@ -127,15 +197,7 @@ def run(
         )
         sock = bind_socket(host, port)
         bound_port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            http=TransportExposingH11Protocol,
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
-        server = _Server(config, f"listening on http://{_url_host(host)}:{bound_port}")
+        server = _Server(_uvicorn_config(app), f"listening on http://{_url_host(host)}:{bound_port}")
         try:
             server.run(sockets=[sock])
         finally:
