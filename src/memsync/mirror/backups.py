@@ -498,27 +498,49 @@ class TreeFiles:
     problems: dict[str, str]
 
 
-class BackupRepository(GitStore):
-    """A mirror or a bare backup, read-only. Open with :meth:`open`; use as a context manager."""
+class BackupRepository:
+    """A mirror or a bare backup, read-only. Open with :meth:`open`; use as a context manager.
+
+    It holds its repository (``git``) rather than being one: restore and verify read it through the
+    verbs below.
+    """
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, action=f"{path} is not a git repository (a memsync mirror or a backup)")
+        self.git = GitStore(path, action=f"{path} is not a git repository (a memsync mirror or a backup)")
+        self.path = path
         self.kind: Literal["mirror", "backup"] = (
-            "mirror" if "memsync.mirrorformat" in self.config else "backup"
+            "mirror" if "memsync.mirrorformat" in self.git.config else "backup"
         )
+
+    def close(self) -> None:
+        self.git.close()
+
+    def __enter__(self) -> BackupRepository:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> BackupRepository:
         """Open a memsync mirror (its working tree or its .git) or a bare backup."""
         root = Path(path).expanduser().absolute()
         found = cls(root)
-        if found.ref_target(found.default_ref) is None:
+        if found.git.ref_target(found.default_ref) is None:
             found.close()
             raise MirrorError(
                 f"{root} has no {found.default_ref}: it is not a memsync "
                 f"{'mirror with imported history' if found.kind == 'mirror' else 'backup'}"
             )
         return found
+
+    def content(self, blob: str) -> bytes:
+        """The bytes of a memory's file (a blob id from :meth:`files` or :meth:`imported`)."""
+        return self.git.read_blob(blob)
+
+    def tip(self) -> str | None:
+        """The commit the imported history ends at (:attr:`default_ref`), or None."""
+        return self.git.ref_target(self.default_ref)
 
     @property
     def default_ref(self) -> str:
@@ -528,14 +550,14 @@ class BackupRepository(GitStore):
     def resolve(self, revision: str | None = None) -> str:
         """The commit ``revision`` names (any git revision: id, ref, ``main~3``); default the tip."""
         wanted = revision or self.default_ref
-        found = self.revision(wanted)
+        found = self.git.revision(wanted)
         if found is None:
             raise MirrorError(f"{self.path} has no commit {wanted!r}")
         return found
 
     def files(self, commit: str) -> TreeFiles:
         """The memories at ``commit``; tree paths that are no memory path's spelling are problems."""
-        raw = self.tree_files(commit)
+        raw = self.git.tree_files(commit)
         files: dict[str, str] = {}
         problems: dict[str, str] = {}
         for tree_path, blob in sorted(raw.items()):
@@ -551,7 +573,7 @@ class BackupRepository(GitStore):
         paths = PathMap()
         try:
             with translated(f"reading the history of {commit}"):
-                replay(self, paths, commit, None)
+                replay(self.git, paths, commit, None)
         except FormatError:
             return None
         return paths.as_dict()
@@ -560,14 +582,14 @@ class BackupRepository(GitStore):
         """Every imported version up to ``revision`` (default the tip), newest first, with its blob."""
         start = self.resolve(revision)
         with translated("reading the imported history"):
-            for commit in self.walk(start):
+            for commit in self.git.walk(start):
                 commit_id = str(commit.id)
                 trailers = parse_message(commit.message, commit_id)
                 yield _imported(commit_id, trailers, commit.tree)
 
     def metadata(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` from the metadata branch's tip."""
-        return read_metadata(self)
+        return read_metadata(self.git)
 
 
 def _imported(commit: str, trailers: Trailers, tree: pygit2.Tree) -> ImportedCommit:

@@ -219,8 +219,25 @@ def format_view_message(commit: ViewCommit) -> str:
     return "\n".join(lines) + "\n"
 
 
-class View(GitStore):
-    """The git repository of one awareness view. Open (or create) with :meth:`open`."""
+class View:
+    """The git repository of one awareness view. Open (or create) with :meth:`open`.
+
+    It holds its repository (``git``) rather than being one: what a view offers is the few verbs
+    below, and the git plumbing stays behind ``git``.
+    """
+
+    def __init__(self, git: GitStore) -> None:
+        self.git = git
+        self.path = git.path
+
+    def close(self) -> None:
+        self.git.close()
+
+    def __enter__(self) -> View:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False) -> View:
@@ -233,10 +250,10 @@ class View(GitStore):
             if root.exists() and (not root.is_dir() or any(root.iterdir())):
                 raise MirrorError(f"cannot create an awareness view at {root}: it exists and is not empty")
             root.mkdir(parents=True, exist_ok=True)
-            view = cls(root, create="worktree", action=f"creating the awareness view at {root}")
+            view = cls(GitStore(root, create="worktree", action=f"creating the awareness view at {root}"))
         else:
-            view = cls(root, action=f"opening the awareness view at {root}")
-            config = view.config
+            view = cls(GitStore(root, action=f"opening the awareness view at {root}"))
+            config = view.git.config
             found = config["memsync.viewformat"] if "memsync.viewformat" in config else None  # noqa: SIM401
             if found != VIEW_FORMAT:
                 view.close()
@@ -246,25 +263,25 @@ class View(GitStore):
                     f"{root} is an awareness view of format {found}; this memsync writes format"
                     f" {VIEW_FORMAT}: delete the folder and run memsync awareness again"
                 )
-        view.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+        view.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         return view
 
     # --- reading ---------------------------------------------------------------------------------
 
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        return self.ref_target(_MAIN_REF)
+        return self.git.ref_target(_MAIN_REF)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
-        head = self.head()
+        head = self.git.head()
         if head.target is not None and head.branch != _MAIN_REF:
             return "HEAD is not on main: run `git checkout main` in the view"
         return None
 
     def files(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: blob id}`` of ``commit`` (default: ``main``); empty before the first commit."""
-        found = self.tree_files(commit or self.tip())
+        found = self.git.tree_files(commit or self.tip())
         return {decode_path(tree_path): blob for tree_path, blob in found.items()}
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
@@ -272,8 +289,8 @@ class View(GitStore):
         message lacks the view's format trailer (someone committed in the view)."""
         found = []
         with translated("reading the view's history"):
-            hidden = since if since is not None and self.is_ancestor(since, tip) else None
-            for commit in self.walk(tip, since=hidden):
+            hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
+            for commit in self.git.walk(tip, since=hidden):
                 trailers = commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
                 if not any(line.startswith(f"{_VIEW_TRAILER}: ") for line in trailers):
                     found.append(str(commit.id))
@@ -287,7 +304,7 @@ class View(GitStore):
         tip = self.tip()
         flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
         with translated("comparing the view's checkout with main"):
-            diff = self.tree(tip).diff_to_workdir(flags)
+            diff = self.git.tree(tip).diff_to_workdir(flags)
             found = []
             for delta in diff.deltas:
                 if delta.status in (DeltaStatus.ADDED, DeltaStatus.UNTRACKED):
@@ -301,7 +318,7 @@ class View(GitStore):
     def read_state(self) -> dict[str, Any] | None:
         """The record of the last build (a cache: a view without it is rebuilt), or None."""
         try:
-            loaded = json.loads((self.state_dir / _STATE_FILE).read_text(encoding="utf-8"))
+            loaded = json.loads((self.git.state_dir / _STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         return loaded if isinstance(loaded, dict) else None
@@ -309,7 +326,7 @@ class View(GitStore):
     def write_state(self, state: Mapping[str, Any]) -> None:
         """Replace the build record atomically."""
         text = json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
-        replace_file(self.state_dir / _STATE_FILE, text.encode("utf-8"))
+        replace_file(self.git.state_dir / _STATE_FILE, text.encode("utf-8"))
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -324,9 +341,9 @@ class View(GitStore):
         an edit against the new ``main`` — the view is read-only, and the edit is not lost either.
         """
         with translated("checking out the awareness view"):
-            target = self.tree(tip)
+            target = self.git.tree(tip)
             conflicts = ConflictPaths()
-            self.checkout(
+            self.git.checkout(
                 target,
                 strategy=CheckoutStrategy.SAFE
                 | CheckoutStrategy.ALLOW_CONFLICTS
@@ -336,7 +353,7 @@ class View(GitStore):
             if conflicts.paths:
                 # Skipped files keep the user's bytes; the index takes main's entry, so git status
                 # shows the difference as the edit it is.
-                index = self.index()
+                index = self.git.index()
                 for path in conflicts.paths:
                     try:
                         entry = target[path]
@@ -351,9 +368,9 @@ class View(GitStore):
             raise RefMoved(_MAIN_REF, expected, current)
         if tip is None:
             assert current is not None
-            self.delete_ref_if_equals(_MAIN_REF, current)
+            self.git.delete_ref_if_equals(_MAIN_REF, current)
         else:
-            self.set_ref_if_equals(_MAIN_REF, tip, current, message="memsync: awareness view")
+            self.git.set_ref_if_equals(_MAIN_REF, tip, current, message="memsync: awareness view")
 
 
 class ViewWriter:
@@ -384,7 +401,7 @@ class ViewWriter:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
         (``read(blob_id)`` gives its bytes, from the store's mirror), or None where it left the view."""
         if self._stream is None:
-            self._stream = self._view.fast_import()
+            self._stream = self._view.git.fast_import()
         stream = self._stream
         self._changes.clear()
         for path, target in visible.items():
@@ -416,9 +433,9 @@ class ViewWriter:
             self._view._checkout(tip, self._expected)
         if self._rebuild:
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
-            self._view.drop_unreachable()
+            self._view.git.drop_unreachable()
         else:
-            self._view.repack()
+            self._view.git.repack()
         return tip
 
     def _write_batch(self) -> None:
@@ -430,7 +447,7 @@ class ViewWriter:
             self._tip = ids[stream.commits]
 
     def _ensure_blob(self, stream: FastImport, blob_id: str, read: Callable[[str], bytes]) -> None:
-        if blob_id in self._blobs or (not self._rebuild and self._view.has_object(blob_id)):
+        if blob_id in self._blobs or (not self._rebuild and self._view.git.has_object(blob_id)):
             return
         if stream.blob(read(blob_id)) != blob_id:
             raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")

@@ -209,7 +209,7 @@ def _wanted(
     wanted: dict[str, Wanted] = {}
     dropped_metadata = 0
     for path, blob in tree.files.items():
-        data = repo.read_blob(blob)
+        data = repo.content(blob)
         problem = None
         try:
             decode_content(data, dialect)
@@ -349,7 +349,7 @@ def _execute(
 
 
 def _content(repo: BackupRepository, blobs: dict[str, str], path: str, dialect: Dialect) -> str:
-    return decode_content(repo.read_blob(blobs[path]), dialect)
+    return decode_content(repo.content(blobs[path]), dialect)
 
 
 def _write(

@@ -358,7 +358,7 @@ def verify_store(client: Client, store: Store, root: Path, *, now: datetime | No
                 memories[memory.path] = memory.content_sha256
                 served[memory.id] = memory.content_sha256
             with BackupRepository.open(path) as repo:
-                report.tip = repo.ref_target(repo.default_ref)
+                report.tip = repo.tip()
                 held = _held(repo)
                 tip_files, odd = _tip_files(repo, report.tip)
         report.commits = len(held)
@@ -408,7 +408,7 @@ def _held(repo: BackupRepository) -> list[Held]:
         if commit.blob is not None:
             sha = hashes.get(commit.blob)
             if sha is None:
-                sha = hashlib.sha256(repo.read_blob(commit.blob)).hexdigest()
+                sha = hashlib.sha256(repo.content(commit.blob)).hexdigest()
                 hashes[commit.blob] = sha
         held.append(Held(commit, sha))
     return held
@@ -423,7 +423,7 @@ def _tip_files(repo: BackupRepository, tip: str | None) -> tuple[dict[str, str] 
         Difference("tree", f"the tip holds a file that is no memory path's spelling: {why}", path=tree_path)
         for tree_path, why in files.problems.items()
     ]
-    hashes = {path: hashlib.sha256(repo.read_blob(blob)).hexdigest() for path, blob in files.files.items()}
+    hashes = {path: hashlib.sha256(repo.content(blob)).hexdigest() for path, blob in files.files.items()}
     return hashes, odd
 
 
