@@ -28,7 +28,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # session's ``server``) — is the inner loop: `pytest -m "not e2e"`. A module is end-to-end when its
 # text names a way to start a process or mount (itself, or the helpers it imports that do).
 _E2E_FIXTURES = {"server_factory"}
-_E2E_FOLDERS = {"reliability", "platforms", "sdk"}
+_E2E_FOLDERS = {"reliability", "platforms", "sdk", "remote"}
 _E2E_TEXT = re.compile(r"sys\.executable|os\.kill|signal\.SIG|strace|unshare|mount|ServerProcess\(")
 _IMPORTS = re.compile(r"^from (tests(?:\.\w+)+) import", re.MULTILINE)
 

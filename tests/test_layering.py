@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"errors", "rules", "config"},
     "sync": {"errors", "rules", "config", "api", "mirror", "engine"},
     "daemon": {"errors", "rules", "config", "api", "mirror", "engine", "sync"},
+    "remote": {"errors", "rules", "config", "api", "mirror", "engine", "sync"},
     "server": {"errors", "rules"},
     "cli": {"errors", "rules", "config", "api", "mirror", "engine", "sync", "daemon", "server", "demo"},
     "demo": {"errors", "rules", "config", "api", "mirror", "engine", "sync", "server"},

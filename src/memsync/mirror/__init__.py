@@ -52,7 +52,7 @@ from memsync.mirror.paths import (
     suggest_tree_path,
     tree_layout_problems,
 )
-from memsync.mirror.repository import ImportedVersion, Mirror
+from memsync.mirror.repository import ImportedVersion, Mirror, configure_clone, copy_history, stage_commit
 from memsync.mirror.rewrite import (
     defer_rewrite,
     respell_history,
@@ -130,8 +130,10 @@ __all__ = [
     "blob_id",
     "clear_stale_locks",
     "commit_snapshot",
+    "configure_clone",
     "conflict_blob",
     "conflict_side",
+    "copy_history",
     "current_sha256",
     "decode_path",
     "decode_paths",
@@ -166,6 +168,7 @@ __all__ = [
     "rewrite_pending",
     "rewrite_redacted",
     "scan_worktree",
+    "stage_commit",
     "store_blob",
     "suggest_tree_path",
     "superseded_commits",

@@ -26,12 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
-from memsync.mirror.gitbinary import require_git
+from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitstore import GitStore, temporary_beside
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
@@ -382,3 +384,80 @@ def _replace_old_exclude_block(target: Path) -> bool:
             target.write_text(current.replace(old, EXCLUDE_BLOCK, 1), encoding="utf-8")
             return True
     return False
+
+
+def configure_clone(git_dir: Path) -> bool:
+    """Make a plain git clone of a store check out memories as a mirror does: plain bytes (a memory's
+    ``\\r`` is content, no filter or conversion), exact paths, the editor temporaries left out.
+
+    For ``git-remote-memstore``: the clone is the user's repository, so only these settings are
+    added; its remotes, branches and hooks stay as git made them. Whether anything was written.
+    """
+    with GitStore(git_dir, action=f"opening the clone at {git_dir}") as clone:
+        return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+
+
+def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
+    """Copy the imported history of the mirror at ``mirror`` into the repository ``git_dir`` (its
+    objects, and ``ref`` there pointing at its tip, forced); the tip, or None before any import.
+
+    git's own fetch does the copying (only what ``git_dir`` lacks), so a clone and its mirror hold
+    the same commits, ids included.
+    """
+    with Mirror.open(mirror) as source:
+        tip = source.tip()
+    if tip is None:
+        return None
+    run_git(
+        git_dir,
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--no-recurse-submodules",
+            str(mirror / ".git"),
+            f"+{MEMSTORE_REF}:{ref}",
+        ],
+        action=f"copying the history of {mirror} into {git_dir}",
+    )
+    return tip
+
+
+def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
+    """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
+    repository at ``source`` (a clone's git dir), byte for byte: no filter, attribute or line-ending
+    conversion applies. What memsync would push from it is then the commit's change.
+
+    Returns the tree entries that cannot be a memory's file (a symbolic link, a submodule), which are
+    not written. Paths come from git trees, whose names git itself refuses to hold as ``..`` or
+    ``.git``; memsync's scan then judges every name as it judges a user's file.
+    """
+    problems: list[str] = []
+    for entry in mirror.iterdir():
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
+        tree = clone.tree(commit)
+        pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
+        while pending:
+            prefix, folder = pending.pop()
+            for item in folder:
+                base = item.name or ""
+                name = f"{prefix}{base}"
+                if base in ("", ".", "..", ".git") or "/" in base:
+                    problems.append(f"{name}: a name git should not hold")
+                elif item.filemode == pygit2.enums.FileMode.TREE:
+                    assert isinstance(item, pygit2.Tree)
+                    (mirror / name).mkdir()
+                    pending.append((f"{name}/", item))
+                elif item.filemode in (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE):
+                    (mirror / name).write_bytes(clone.read_blob(str(item.id)))
+                else:
+                    problems.append(f"{name}: a symbolic link or submodule, not a file")
+    return problems

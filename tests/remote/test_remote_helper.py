@@ -1,0 +1,169 @@
+"""``git clone memstore::<store URL>``: the real git binary drives git-remote-memstore against the
+reference server, in each dialect; a fresh ``memsync pull`` mirror of the same store is the oracle
+for commit ids, the API for what the store holds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.api import Client, Store, open_client
+from memsync.mirror import Mirror
+from memsync.rules import Dialect
+from memsync.sync.pull import pull_store
+from tests.support.server import ServerProcess
+
+PREFIX = {Dialect.FORWARD: "/api/v1/forward", Dialect.CLOUD: "/api/v1/cloud", Dialect.ANTHROPIC: "/v1"}
+
+
+class Remote:
+    """One store of the reference server, and git run against it as a user would."""
+
+    def __init__(self, server: ServerProcess, client: Client, dialect: Dialect, folder: Path) -> None:
+        self.server, self.client, self.dialect, self.folder = server, client, dialect, folder
+        self.store: Store = client.create_store(
+            f"rh-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4())
+        )
+        self.url = f"memstore::{server.base_url}{PREFIX[dialect]}/memory_stores/{self.store.id}"
+        # git finds the helper on PATH, beside the interpreter that runs the tests.
+        self.env = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "MEMSYNC_TOKEN": server.token,
+        }
+
+    def git(
+        self, *args: str, cwd: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd or self.folder, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        if check:
+            assert done.returncode == 0, f"git {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done
+
+    def clone(self, name: str) -> Path:
+        self.git("clone", "-q", self.url, name)
+        return self.folder / name
+
+    def commit(self, clone: Path, files: dict[str, str | bytes | None], message: str = "edit") -> None:
+        for path, content in files.items():
+            target = clone / path
+            if content is None:
+                target.unlink()
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content.encode() if isinstance(content, str) else content)
+        self.git("add", "-A", cwd=clone)
+        self.git("commit", "-q", "-m", message, cwd=clone)
+
+    def contents(self) -> dict[str, str]:
+        return {
+            m.path.lstrip("/"): self.client.get_memory(self.store.id, m.id).content
+            for m in self.client.list_memories(self.store.id)
+        }
+
+    def mirror_tip(self) -> str | None:
+        """The tip a fresh ``memsync pull`` of the store makes: the oracle of commit ids."""
+        root = self.folder / f"mirror-{uuid.uuid4().hex[:6]}"
+        report = pull_store(self.client, self.store, root)
+        assert report.ok, report.error
+        with Mirror.open(root / self.store.id) as mirror:
+            return mirror.tip()
+
+    def head(self, clone: Path) -> str:
+        return self.git("rev-parse", "HEAD", cwd=clone).stdout.strip()
+
+
+@pytest.fixture(params=list(Dialect), ids=lambda d: d.value)
+def remote(request: pytest.FixtureRequest, server: ServerProcess, tmp_path: Path) -> Iterator[Remote]:
+    with open_client(request.param, server.base_url, server.token) as client:
+        yield Remote(server, client, request.param, tmp_path)
+
+
+def test_a_clone_has_the_commits_a_mirror_has_and_the_bytes_of_the_store(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "notes/a.md", "alpha\n")
+    remote.client.create_memory(remote.store.id, "crlf.md", "line\r\nnext\r\n")
+    clone = remote.clone("notes")
+    assert remote.head(clone) == remote.mirror_tip()
+    assert (clone / "crlf.md").read_bytes() == b"line\r\nnext\r\n"  # a memory's \r is content
+    assert remote.git("status", "--porcelain", cwd=clone).stdout == ""
+    remote.git("fsck", "--no-progress", cwd=clone)
+    config = (clone / ".git" / "config").read_text()
+    assert remote.server.token not in config and "autocrlf = false" in config
+    # A fetch with nothing new changes nothing; a new version arrives with the mirror's id.
+    assert remote.git("fetch", cwd=clone).stdout == ""
+    remote.client.create_memory(remote.store.id, "later.md", "later\n")
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip() and (clone / "later.md").read_text() == "later\n"
+
+
+def test_pushes_write_the_change_and_pull_brings_the_stores_history(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"a.md": "alpha, edited\n", "topic/b.md": "bee\n"}, "two files")
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"a.md": "alpha, edited\n", "topic/b.md": "bee\n"}
+    # A second push before any pull builds on the first: only its own change is sent.
+    remote.commit(clone, {"topic/b.md": None}, "drop b")
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"a.md": "alpha, edited\n"}
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip()
+    log = remote.git("log", "--format=%s", cwd=clone).stdout.splitlines()
+    # One commit per version, in the order memsync wrote them; the user's commits are gone.
+    assert log[0] == "deleted topic/b.md" and log[-1] == "created a.md"
+    assert sorted(log[1:3]) == ["created topic/b.md", "updated a.md"]
+    assert remote.git("status", "--porcelain", cwd=clone).stdout == ""
+
+
+def test_a_push_behind_the_store_is_rejected_then_rebased_and_two_clones_converge(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    first, second = remote.clone("first"), remote.clone("second")
+    remote.commit(first, {"one.md": "from the first\n"})
+    remote.git("push", "-q", cwd=first)
+    remote.commit(second, {"two.md": "from the second\n"})
+    refused = remote.git("push", cwd=second, check=False)
+    assert refused.returncode != 0
+    assert "! [rejected]        main -> main (fetch first)" in refused.stderr
+    assert "two.md" not in remote.contents()  # nothing written
+    remote.git("pull", "-q", cwd=second)
+    remote.git("push", "-q", cwd=second)
+    remote.git("pull", "-q", cwd=first)
+    remote.git("pull", "-q", cwd=second)
+    assert remote.head(first) == remote.head(second) == remote.mirror_tip()
+    assert set(remote.contents()) == {"a.md", "one.md", "two.md"}
+
+
+def test_a_file_that_is_no_memory_refuses_the_whole_push(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"a.md": "alpha, edited\n", "bad.md": b"\xff\xfe not UTF-8\n"})
+    refused = remote.git("push", cwd=clone, check=False)
+    assert refused.returncode != 0 and "[remote rejected]" in refused.stderr
+    assert "bad.md" in refused.stderr and "nothing written" in refused.stderr
+    assert remote.contents() == {"a.md": "alpha\n"}
+
+
+def test_deleting_most_of_a_store_needs_force(remote: Remote) -> None:
+    for n in range(4):
+        remote.client.create_memory(remote.store.id, f"m{n}.md", f"{n}\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {f"m{n}.md": None for n in range(3)})
+    refused = remote.git("push", cwd=clone, check=False)
+    assert refused.returncode != 0 and "git push --force" in refused.stderr
+    assert len(remote.contents()) == 4
+    remote.git("push", "-q", "--force", cwd=clone)
+    assert remote.contents() == {"m3.md": "3\n"}
+
+
+def test_a_url_that_names_no_store_is_a_clear_error(remote: Remote) -> None:
+    done = remote.git("clone", f"memstore::{remote.server.base_url}/api/v1/elsewhere/x", "bad", check=False)
+    assert done.returncode != 0 and "names no store" in done.stderr
+    assert remote.server.token not in done.stderr
