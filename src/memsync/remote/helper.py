@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from memsync.api import Client, open_client
+from memsync.api import Client, Store, open_client
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError
 from memsync.mirror import configure_clone, copy_history, escape_for_terminal, stage_commit
 from memsync.remote.location import StoreLocation, git_config, git_config_all, parse_store_url, read_token
@@ -58,6 +58,9 @@ class RemoteHelper:
         self._client: Client | None = None
         self.verbosity = 1
         self.force = False
+        # The store and the tip the last ``list`` pulled: git lists right before it pushes, in the
+        # same run, so the push builds on that pull instead of making its own.
+        self._pulled: tuple[Store, str | None] | None = None
 
     # --- the protocol ------------------------------------------------------------------------------
 
@@ -127,6 +130,7 @@ class RemoteHelper:
         client = self.client()
         store = client.get_store(self.location.store_id)
         skip = frozenset(git_config_all(self.git_dir, "memstore.skipVersion"))
+        self._pulled = None
         report = pull_store(client, store, self.root, skip_versions=skip)
         for warning in report.warnings:
             self._say(f"warning: {warning}")
@@ -139,6 +143,7 @@ class RemoteHelper:
             raise MemsyncError(report.error or "the pull failed")
         if report.imported:
             self._say(f"imported {report.imported} version(s) of {self.location.store_id}")
+        self._pulled = (store, report.tip)
         return report.tip
 
     def _fetch(self, batch: list[str]) -> None:
@@ -157,18 +162,22 @@ class RemoteHelper:
             elif not source:
                 answers.append(f"error {destination} a store's main cannot be deleted")
             else:
-                answers.append(self._push_main(source, destination, forced=forced))
+                try:
+                    answers.append(self._push_main(source, destination, forced=forced))
+                except MemsyncError as exc:
+                    # Said per ref, as git expects, rather than ending the helper mid-protocol.
+                    answers.append(f"error {destination} {_one_line(str(exc))}")
         return answers
 
     def _push_main(self, source: str, destination: str, *, forced: bool) -> str:
         commit = self._resolve(source)
         # Not under the store's lock as a whole: the pull and the cycle each take it themselves.
+        if self._pulled is None:
+            self._pull()
+        assert self._pulled is not None
+        store, tip = self._pulled
+        self._pulled = None  # a second ref of the batch pulls again: the first one moved the store
         client = self.client()
-        store = client.get_store(self.location.store_id)
-        report = pull_store(client, store, self.root)
-        if not report.ok:
-            return f"error {destination} {_one_line(report.error or 'the pull failed')}"
-        tip = report.tip
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
         problems = stage_commit(self.git_dir, commit, self.mirror)
