@@ -39,10 +39,11 @@ class Remote:
         }
 
     def git(
-        self, *args: str, cwd: Path | None = None, check: bool = True
+        self, *args: str, cwd: Path | None = None, check: bool = True, crash_at: str | None = None
     ) -> subprocess.CompletedProcess[str]:
+        env = self.env if crash_at is None else {**self.env, "MEMSYNC_CRASH_AT": crash_at}
         done = subprocess.run(
-            ["git", *args], cwd=cwd or self.folder, env=self.env, capture_output=True, text=True, timeout=120
+            ["git", *args], cwd=cwd or self.folder, env=env, capture_output=True, text=True, timeout=120
         )
         if check:
             assert done.returncode == 0, f"git {' '.join(args)}: {done.stdout}{done.stderr}"
@@ -167,3 +168,55 @@ def test_a_url_that_names_no_store_is_a_clear_error(remote: Remote) -> None:
     done = remote.git("clone", f"memstore::{remote.server.base_url}/api/v1/elsewhere/x", "bad", check=False)
     assert done.returncode != 0 and "names no store" in done.stderr
     assert remote.server.token not in done.stderr
+
+
+def test_a_push_killed_half_way_is_finished_after_a_pull(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"b.md": "bee\n", "c.md": "sea\n", "d.md": "dee\n"})
+    # The helper killed (SIGKILL) after its second write to the store.
+    killed = remote.git("push", cwd=clone, check=False, crash_at="push.store_write:2")
+    assert killed.returncode != 0
+    written = remote.contents()
+    assert 1 < len(written) < 4
+    # The store moved under the clone: git refuses, a pull brings what was written, the push the rest.
+    assert "(fetch first)" in remote.git("push", cwd=clone, check=False).stderr
+    remote.git("pull", "-q", cwd=clone)
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"a.md": "alpha\n", "b.md": "bee\n", "c.md": "sea\n", "d.md": "dee\n"}
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip()
+
+
+def test_a_rename_keeps_the_memory_where_the_dialect_can(remote: Remote) -> None:
+    made = remote.client.create_memory(remote.store.id, "old.md", "kept content\n")
+    clone = remote.clone("notes")
+    remote.git("mv", "old.md", "new.md", cwd=clone)
+    remote.git("commit", "-q", "-m", "rename", cwd=clone)
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"new.md": "kept content\n"}
+    found = remote.client.find_memory(remote.store.id, "new.md")
+    assert found is not None
+    # Native on Anthropic; create then delete on Forward and Cloud.
+    assert (found.id == made.id) is (remote.dialect is Dialect.ANTHROPIC)
+    remote.git("pull", "-q", cwd=clone)
+    follow = remote.git("log", "--follow", "--format=%s", "--", "new.md", cwd=clone).stdout.splitlines()
+    assert follow[-1] == "created old.md"
+
+
+def test_the_token_comes_from_a_token_file_or_a_credential_helper(remote: Remote, tmp_path: Path) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    del remote.env["MEMSYNC_TOKEN"]
+    refused = remote.git("clone", remote.url, "none", check=False)
+    assert refused.returncode != 0 and "no API token" in refused.stderr
+    token_file = tmp_path / "token"
+    token_file.write_text(remote.server.token + "\n")
+    remote.git("clone", "-q", "-c", f"memstore.tokenFile={token_file}", remote.url, "by-file")
+    assert (tmp_path / "by-file" / "a.md").read_text() == "alpha\n"
+    answer = tmp_path / "credential"
+    answer.write_text(f"username=memsync\npassword={remote.server.token}\n")
+    helper = f"!cat {answer}"  # a credential helper answering from a file: no token in the config
+    remote.git("clone", "-q", "-c", f"credential.helper={helper}", remote.url, "by-helper")
+    assert (tmp_path / "by-helper" / "a.md").read_text() == "alpha\n"
+    for clone in ("by-file", "by-helper"):
+        assert remote.server.token not in (tmp_path / clone / ".git" / "config").read_text()
