@@ -4,6 +4,7 @@ for commit ids, the API for what the store holds."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from memsync.api import Client, Store, open_client
 from memsync.mirror import Mirror
+from memsync.remote import RemoteHelper, parse_store_url
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
 from tests.support.server import ServerProcess
@@ -220,3 +222,34 @@ def test_the_token_comes_from_a_token_file_or_a_credential_helper(remote: Remote
     assert (tmp_path / "by-helper" / "a.md").read_text() == "alpha\n"
     for clone in ("by-file", "by-helper"):
         assert remote.server.token not in (tmp_path / clone / ".git" / "config").read_text()
+
+
+def test_what_a_no_op_fetch_and_a_one_file_push_cost_in_requests(remote: Remote, tmp_path: Path) -> None:
+    """The helper driven in-process with git's own command lines, to count its requests."""
+    for n in range(3):
+        remote.client.create_memory(remote.store.id, f"m{n}.md", f"{n}\n")
+    clone = remote.clone("notes")
+    git_dir = clone / ".git"
+    location = parse_store_url(remote.url.removeprefix("memstore::"))
+
+    def run(commands: str) -> tuple[RemoteHelper, str]:
+        out = io.StringIO()
+        helper = RemoteHelper(location, git_dir, out)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MEMSYNC_TOKEN", remote.server.token)
+            helper.serve(io.StringIO(commands))
+        helper.close()
+        return helper, out.getvalue()
+
+    listed, said = run("list\n\n")
+    assert said.startswith(f"{remote.head(clone)} refs/heads/main\n")
+    assert listed.client().request_count == 2  # the store, and its versions since the tip
+    remote.commit(clone, {"m0.md": "changed\n"})
+    pushed, said = run("list for-push\npush refs/heads/main:refs/heads/main\n\n")
+    assert said.endswith("ok refs/heads/main\n\n")
+    # list for-push: the store and a listing. The push: a listing of the store before it, one
+    # conditional write, and the import of what it wrote, which costs each dialect what a
+    # memsync pull of one new version costs it.
+    push_requests = {Dialect.FORWARD: 4, Dialect.CLOUD: 5, Dialect.ANTHROPIC: 3}[remote.dialect]
+    assert pushed.client().request_count == 2 + push_requests
+    assert remote.contents()["m0.md"] == "changed\n"

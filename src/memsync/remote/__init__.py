@@ -6,7 +6,7 @@ store's history is imported as ``memsync pull`` imports it, into a private mirro
 commits.
 """
 
-from memsync.remote.helper import main
+from memsync.remote.helper import RemoteHelper, main
 from memsync.remote.location import StoreLocation, parse_store_url
 
-__all__ = ["StoreLocation", "main", "parse_store_url"]
+__all__ = ["RemoteHelper", "StoreLocation", "main", "parse_store_url"]
