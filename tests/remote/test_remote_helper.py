@@ -253,3 +253,24 @@ def test_what_a_no_op_fetch_and_a_one_file_push_cost_in_requests(remote: Remote,
     push_requests = {Dialect.FORWARD: 4, Dialect.CLOUD: 5, Dialect.ANTHROPIC: 3}[remote.dialect]
     assert pushed.client().request_count == 2 + push_requests
     assert remote.contents()["m0.md"] == "changed\n"
+
+
+def test_a_full_scan_falls_due_by_memstore_full_scan_interval(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    clone = remote.clone("notes")
+    location = parse_store_url(remote.url.removeprefix("memstore::"))
+
+    def listed() -> tuple[int, str]:
+        out = io.StringIO()
+        helper = RemoteHelper(location, clone / ".git", out)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MEMSYNC_TOKEN", remote.server.token)
+            helper.serve(io.StringIO("list\n\n"))
+        helper.close()
+        return helper.client().request_count, out.getvalue().split()[0]
+
+    incremental = listed()
+    remote.git("config", "memstore.fullScanInterval", "0", cwd=clone)
+    full = listed()
+    # The whole history listed again (more requests), and nothing about the commits changes.
+    assert full[0] > incremental[0] and full[1] == incremental[1] == remote.head(clone)

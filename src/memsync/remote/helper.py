@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn, TextIO
@@ -41,6 +42,7 @@ from memsync.sync.push import DEFAULT_MAX_DELETE_SHARE
 from memsync.sync.status import mirror_status
 
 MAIN = "refs/heads/main"
+DAY = 24 * 3600.0
 
 
 class RemoteHelper:
@@ -129,9 +131,11 @@ class RemoteHelper:
             _git(self.git_dir, "config", "pull.rebase", "true")
         client = self.client()
         store = client.get_store(self.location.store_id)
-        skip = frozenset(git_config_all(self.git_dir, "memstore.skipVersion"))
         self._pulled = None
-        report = pull_store(client, store, self.root, skip_versions=skip)
+        full_scan = self._full_scan_due()
+        report = pull_store(client, store, self.root, skip_versions=self._skip(), full_scan=full_scan)
+        if report.ok and full_scan:
+            (self.root / "full-scan").write_text(f"{time.time():.0f}\n", encoding="ascii")
         for warning in report.warnings:
             self._say(f"warning: {warning}")
         if report.rewrite is not None:
@@ -145,6 +149,25 @@ class RemoteHelper:
             self._say(f"imported {report.imported} version(s) of {self.location.store_id}")
         self._pulled = (store, report.tip)
         return report.tip
+
+    def _skip(self) -> frozenset[str]:
+        return frozenset(git_config_all(self.git_dir, "memstore.skipVersion"))
+
+    def _full_scan_due(self) -> bool:
+        """Whether this fetch lists the whole history, as the daemon does every
+        ``daemon.full_scan_interval``: late versions and deletes whose tombstone expired are found
+        only so. ``memstore.fullScanInterval`` in seconds (default a day; 0: every fetch)."""
+        interval = float(git_config(self.git_dir, "memstore.fullScanInterval") or DAY)
+        try:
+            last = float((self.root / "full-scan").read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            # The first import lists everything anyway: its time starts the interval.
+            if self.mirror.joinpath(".git").is_dir():
+                return True
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "full-scan").write_text(f"{time.time():.0f}\n", encoding="ascii")
+            return False
+        return time.time() - last >= interval
 
     def _fetch(self, batch: list[str]) -> None:
         copy_history(self.mirror, self.git_dir, self.private_ref)
@@ -191,7 +214,9 @@ class RemoteHelper:
         if waiting.withheld and not forced:
             why = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
             return f"error {destination} {_one_line(why + ' (git push --force sends it)')}"
-        done = run_cycle(client, store, self.root, force=forced, max_delete_share=share)
+        done = run_cycle(
+            client, store, self.root, force=forced, max_delete_share=share, skip_versions=self._skip()
+        )
         for entry in done.push.pushed if done.push is not None else []:
             self._say(f"{entry['action']} {escape_for_terminal(entry['path'])}")
         if not done.ok or done.conflicts or done.rejected:

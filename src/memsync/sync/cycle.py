@@ -97,20 +97,33 @@ def run_cycle(
     full_scan: bool = False,
     force: bool = False,
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
+    skip_versions: frozenset[str] = frozenset(),
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
     ``force`` lets a push delete more than ``max_delete_share`` of the store (config
-    ``push.max_delete_share``; the delete guard of the reconcile planner).
+    ``push.max_delete_share``; the delete guard of the reconcile planner). ``skip_versions`` as
+    :func:`~memsync.sync.pull.pull_store` takes them, for every pull of the cycle.
     """
     try:
         with store_lock(root, store.id):
             _keep_base_ids(root, store.id)
-            pull = pull_store(client, store, root, full_scan=full_scan, locked=True)
+            pull = pull_store(
+                client, store, root, full_scan=full_scan, locked=True, skip_versions=skip_versions
+            )
             push: PushReport | None = None
             if pull.ok:
                 push = PushReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
-                _push(client, store, root, pull, push, force=force, max_delete_share=max_delete_share)
+                _push(
+                    client,
+                    store,
+                    root,
+                    pull,
+                    push,
+                    force=force,
+                    max_delete_share=max_delete_share,
+                    skip_versions=skip_versions,
+                )
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
         pull.fail(str(exc), exc.exit_code)
@@ -149,12 +162,13 @@ def _push(
     *,
     force: bool,
     max_delete_share: float,
+    skip_versions: frozenset[str],
 ) -> None:
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
         # ran. A fast-forward here took a checkout the user had staged exactly as pushed for the
         # leftover of an interrupted checkout, and moved the base under the reconcile.
-        again = pull_store(client, store, root, locked=True, checkout=False)
+        again = pull_store(client, store, root, locked=True, checkout=False, skip_versions=skip_versions)
         pull.imported += again.imported
         pull.requests += again.requests
         pull.skipped += again.skipped
