@@ -9,6 +9,7 @@ the published file, not against the models that made it.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,18 @@ class Runner:
         self.checked: set[str] = set()
 
     def __call__(self, document: str, *args: str) -> tuple[int, dict[str, Any]]:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SCHEMA_TOKEN", self.token)
-            with pytest.raises(SystemExit) as done:
-                main(["--config", str(self.config), *args, "--json"])
+        # `daemon --once` configures the root logger as the daemon's process owns it: put it back,
+        # or later tests of this worker would log into this test's closed capture stream.
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("SCHEMA_TOKEN", self.token)
+                with pytest.raises(SystemExit) as done:
+                    main(["--config", str(self.config), *args, "--json"])
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
         out = self.capsys.readouterr().out
         found = json.loads(out)
         schema = json.loads((PUBLISHED / f"{document}.json").read_text(encoding="utf-8"))

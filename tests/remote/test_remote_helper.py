@@ -19,6 +19,7 @@ from memsync.mirror import Mirror
 from memsync.remote import RemoteHelper, parse_store_url
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
+from tests.api.test_network import NAME, PROXY_ENV, _named, _serving
 from tests.support.server import ServerProcess
 
 PREFIX = {Dialect.FORWARD: "/api/v1/forward", Dialect.CLOUD: "/api/v1/cloud", Dialect.ANTHROPIC: "/v1"}
@@ -152,6 +153,12 @@ def test_a_file_that_is_no_memory_refuses_the_whole_push(remote: Remote) -> None
     assert refused.returncode != 0 and "[remote rejected]" in refused.stderr
     assert "bad.md" in refused.stderr and "nothing written" in refused.stderr
     assert remote.contents() == {"a.md": "alpha\n"}
+    # Nothing of the refused push stays behind: a fetch finds the private mirror clean.
+    fetched = remote.git("fetch", cwd=clone)
+    assert fetched.stdout == fetched.stderr == ""
+    remote.commit(clone, {"bad.md": None})
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"a.md": "alpha, edited\n"}
 
 
 def test_deleting_most_of_a_store_needs_force(remote: Remote) -> None:
@@ -256,7 +263,9 @@ def test_what_a_no_op_fetch_and_a_one_file_push_cost_in_requests(remote: Remote,
 
 
 def test_a_full_scan_falls_due_by_memstore_full_scan_interval(remote: Remote) -> None:
-    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    # More versions than one page holds (100): a full scan lists pages an incremental pull does not.
+    for n in range(101):
+        remote.client.create_memory(remote.store.id, f"m{n:03d}.md", f"{n}\n")
     clone = remote.clone("notes")
     location = parse_store_url(remote.url.removeprefix("memstore::"))
 
@@ -274,3 +283,20 @@ def test_a_full_scan_falls_due_by_memstore_full_scan_interval(remote: Remote) ->
     full = listed()
     # The whole history listed again (more requests), and nothing about the commits changes.
     assert full[0] > incremental[0] and full[1] == incremental[1] == remote.head(clone)
+
+
+def test_git_http_proxy_carries_the_helpers_requests(server: ServerProcess, tmp_path: Path) -> None:
+    """The store under a host name only the proxy knows: a clone works through ``http.proxy`` alone."""
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
+        client.create_memory(remote.store.id, "a.md", "through the proxy\n")
+        for variable in PROXY_ENV:
+            remote.env.pop(variable, None)
+        named = f"memstore::{_named(server)}/api/v1/forward/memory_stores/{remote.store.id}"
+        refused = remote.git("clone", "-c", "memstore.allowPlainHttp=true", named, "direct", check=False)
+        assert refused.returncode != 0 and "cannot reach" in refused.stderr
+        with _serving(server) as proxy:
+            proxied = f"http.proxy=http://127.0.0.1:{proxy.server_address[1]}"
+            remote.git("clone", "-q", "-c", proxied, "-c", "memstore.allowPlainHttp=true", named, "proxied")
+            assert proxy.requests and all(NAME in request for request in proxy.requests)
+        assert (tmp_path / "proxied" / "a.md").read_text() == "through the proxy\n"

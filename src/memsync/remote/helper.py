@@ -204,16 +204,25 @@ class RemoteHelper:
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
         problems = stage_commit(self.git_dir, commit, self.mirror)
-        if problems:
-            return f"error {destination} {_one_line('not memories: ' + '; '.join(problems))}"
         share = float(git_config(self.git_dir, "memstore.maxDeleteShare") or DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
-        if waiting.rejected:
-            why = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.rejected)
-            return f"error {destination} {_one_line('refused, nothing written: ' + why)}"
-        if waiting.withheld and not forced:
-            why = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
-            return f"error {destination} {_one_line(why + ' (git push --force sends it)')}"
+        refusal = None
+        if problems:
+            refusal = "not memories, nothing written: " + "; ".join(problems)
+        elif waiting.rejected:
+            refusal = "refused, nothing written: " + "; ".join(
+                f"{r['path']}: {r['reason']}" for r in waiting.rejected
+            )
+        elif waiting.withheld and not forced:
+            refusal = (
+                "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
+                + " (git push --force sends it)"
+            )
+        if refusal is not None:
+            # The private checkout back at the store's tip: a later fetch finds it clean.
+            if tip is not None:
+                stage_commit(self.mirror / ".git", tip, self.mirror)
+            return f"error {destination} {_one_line(refusal)}"
         done = run_cycle(
             client, store, self.root, force=forced, max_delete_share=share, skip_versions=self._skip()
         )
