@@ -127,6 +127,32 @@ def test_pushes_write_the_change_and_pull_brings_the_stores_history(remote: Remo
     assert remote.git("status", "--porcelain", cwd=clone).stdout == ""
 
 
+def test_a_push_after_pulling_ones_own_push_builds_on_the_stores_commits(remote: Remote) -> None:
+    """Found by the two-clone state machine: push, pull (rebased onto the store's commits), commit,
+    push. The second push builds on the store's tip, not on the first pushed commit."""
+    remote.client.create_memory(remote.store.id, "first.md", "there first\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"a.md": "one\n"})
+    remote.git("push", "-q", cwd=clone)
+    remote.git("pull", "-q", cwd=clone)
+    remote.commit(clone, {"b.md": "two\n"})
+    remote.git("push", "-q", cwd=clone)
+    assert remote.contents() == {"first.md": "there first\n", "a.md": "one\n", "b.md": "two\n"}
+
+
+def test_an_empty_store_clones_empty_and_takes_a_first_push_to_main(remote: Remote) -> None:
+    clone = remote.folder / "empty"
+    cloned = remote.git("-c", "init.defaultBranch=master", "clone", remote.url, "empty")
+    assert "empty repository" in cloned.stderr
+    # git names the first branch after init.defaultBranch; a store's branch is main.
+    remote.git("switch", "-q", "-c", "main", cwd=clone)
+    remote.commit(clone, {"a.md": "the first memory\n"})
+    remote.git("push", "-q", "-u", "origin", "main", cwd=clone)
+    assert remote.contents() == {"a.md": "the first memory\n"}
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip()
+
+
 def test_a_push_behind_the_store_is_rejected_then_rebased_and_two_clones_converge(remote: Remote) -> None:
     remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
     first, second = remote.clone("first"), remote.clone("second")

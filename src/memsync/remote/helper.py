@@ -116,9 +116,12 @@ class RemoteHelper:
             return []
         shown = tip
         if for_push:
-            # The store still where this clone's last push left it: the push builds on that commit.
+            # The store still where this clone's last push left it, and that history not fetched
+            # yet: the branch still builds on the pushed commit, so git's fast-forward check must
+            # see that one. Once fetched, the branch is rebased onto the store's commits.
             pushed = self._pushed()
-            if pushed is not None and pushed[0] == tip:
+            fetched = _git(self.git_dir, "rev-parse", "--verify", "--quiet", self.private_ref)
+            if pushed is not None and pushed[0] == tip and fetched != tip:
                 shown = pushed[1]
         return [f"{shown} {MAIN}", f"@{MAIN} HEAD"]
 
