@@ -5,7 +5,7 @@ reads the answers on stdout; anything for the user goes to stderr.
 
 - ``list``: the store is pulled, exactly as ``memsync pull`` does, into a private mirror under
   ``$GIT_DIR/memstore/``; its tip is the remote's ``refs/heads/main``. A pull that finds nothing new
-  costs what a no-op ``memsync pull`` costs.
+  costs one request, as a no-op ``memsync pull`` of a store does.
 - ``fetch``: git's own fetch copies the mirror's history into the clone (the commits ``memsync
   pull`` makes, so a clone and a mirror agree commit for commit).
 - ``push``: the pushed commit's files are staged in the private mirror's working tree and one sync
@@ -78,8 +78,8 @@ class RemoteHelper:
             elif line in ("list", "list for-push"):
                 self._answer(*self._list(for_push=line == "list for-push"), "")
             elif line.startswith("fetch "):
-                batch = [line, *_batch(lines)]
-                self._fetch(batch)
+                _batch(lines)  # every ref is the tip of the one history the mirror holds
+                self._fetch()
                 self._answer("")
             elif line.startswith("push "):
                 batch = [line, *_batch(lines)]
@@ -133,9 +133,9 @@ class RemoteHelper:
             # ids from the API): git pull rebases the branch onto it, dropping what is already there.
             _git(self.git_dir, "config", "pull.rebase", "true")
         client = self.client()
-        store = client.get_store(self.location.store_id)
         self._pulled = None
         full_scan = self._full_scan_due()
+        store = self._store(refresh=full_scan)
         report = pull_store(client, store, self.root, skip_versions=self._skip(), full_scan=full_scan)
         if report.ok and full_scan:
             (self.root / "full-scan").write_text(f"{time.time():.0f}\n", encoding="ascii")
@@ -152,6 +152,24 @@ class RemoteHelper:
             self._say(f"imported {report.imported} version(s) of {self.location.store_id}")
         self._pulled = (store, report.tip)
         return report.tip
+
+    def _store(self, *, refresh: bool) -> Store:
+        """The store's document: read once, then kept beside the private mirror and read again with
+        each full scan. A clone holds history only, and the document feeds only the private
+        mirror's metadata snapshot, so a no-op fetch costs the one listing of new versions."""
+        cached = self.root / "store.json"
+        if not refresh:
+            try:
+                found = Store.model_validate_json(cached.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
+            else:
+                if found.id == self.location.store_id:
+                    return found
+        store = self.client().get_store(self.location.store_id)
+        self.root.mkdir(parents=True, exist_ok=True)
+        cached.write_text(store.model_dump_json(), encoding="utf-8")
+        return store
 
     def _skip(self) -> frozenset[str]:
         return frozenset(git_config_all(self.git_dir, "memstore.skipVersion"))
@@ -172,7 +190,7 @@ class RemoteHelper:
             return False
         return time.time() - last >= interval
 
-    def _fetch(self, batch: list[str]) -> None:
+    def _fetch(self) -> None:
         copy_history(self.mirror, self.git_dir, self.private_ref)
 
     # --- push ----------------------------------------------------------------------------------------
