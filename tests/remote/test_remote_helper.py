@@ -19,8 +19,10 @@ from memsync.mirror import Mirror
 from memsync.remote import RemoteHelper, parse_store_url
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
-from tests.api.test_network import NAME, PROXY_ENV, _named, _serving
+from tests.api.test_network import NAME, PROXY_ENV, _named, _serving, certificate, tls_front
 from tests.support.server import ServerProcess
+
+__all__ = ["certificate", "tls_front"]  # fixtures, shared with tests/api/test_network.py
 
 PREFIX = {Dialect.FORWARD: "/api/v1/forward", Dialect.CLOUD: "/api/v1/cloud", Dialect.ANTHROPIC: "/v1"}
 
@@ -326,3 +328,21 @@ def test_git_http_proxy_carries_the_helpers_requests(server: ServerProcess, tmp_
             remote.git("clone", "-q", "-c", proxied, "-c", "memstore.allowPlainHttp=true", named, "proxied")
             assert proxy.requests and all(NAME in request for request in proxy.requests)
         assert (tmp_path / "proxied" / "a.md").read_text() == "through the proxy\n"
+
+
+def test_git_http_ssl_ca_info_is_the_helpers_trust(
+    server: ServerProcess, tls_front: str, certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The store behind TLS with a private certificate: refused by default, trusted through
+    ``http.sslCAInfo`` as git itself would trust it."""
+    cert, _ = certificate
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
+        client.create_memory(remote.store.id, "a.md", "over tls\n")
+        for variable in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", *PROXY_ENV):
+            remote.env.pop(variable, None)
+        url = f"memstore::{tls_front}/api/v1/forward/memory_stores/{remote.store.id}"
+        refused = remote.git("clone", url, "untrusted", check=False)
+        assert refused.returncode != 0 and "cannot trust" in refused.stderr
+        remote.git("clone", "-q", "-c", f"http.sslCAInfo={cert}", url, "trusted")
+        assert (tmp_path / "trusted" / "a.md").read_text() == "over tls\n"
