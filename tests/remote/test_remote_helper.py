@@ -307,6 +307,9 @@ def test_a_full_scan_falls_due_by_memstore_full_scan_interval(remote: Remote) ->
         return helper.client().request_count, out.getvalue().split()[0]
 
     incremental = listed()
+    remote.git("config", "memstore.fullScanInterval", "daily", cwd=clone)
+    refused = remote.git("fetch", cwd=clone, check=False)
+    assert refused.returncode != 0 and "memstore.fullScanInterval is 'daily', not a number" in refused.stderr
     remote.git("config", "memstore.fullScanInterval", "0", cwd=clone)
     full = listed()
     # The whole history listed again (more requests), and nothing about the commits changes.

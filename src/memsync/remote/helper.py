@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from memsync.api import Client, Store, open_client
-from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError
+from memsync.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, MemsyncError, UsageError
 from memsync.mirror import configure_clone, copy_history, escape_for_terminal, stage_commit
 from memsync.remote.location import StoreLocation, git_config, git_config_all, parse_store_url, read_token
 from memsync.sync.cycle import run_cycle
@@ -138,7 +138,7 @@ class RemoteHelper:
         store = self._store(refresh=full_scan)
         report = pull_store(client, store, self.root, skip_versions=self._skip(), full_scan=full_scan)
         if report.ok and full_scan:
-            (self.root / "full-scan").write_text(f"{time.time():.0f}\n", encoding="ascii")
+            (self.root / "full-scan").write_text(f"{time.time()!r}\n", encoding="ascii")
         for warning in report.warnings:
             self._say(f"warning: {warning}")
         if report.rewrite is not None:
@@ -171,6 +171,18 @@ class RemoteHelper:
         cached.write_text(store.model_dump_json(), encoding="utf-8")
         return store
 
+    def _number(self, key: str, default: float) -> float:
+        """A number from git config, or ``default``; :class:`ConfigError` naming the key if not one."""
+        value = git_config(self.git_dir, key)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(
+                f"git config {key} is {value!r}, not a number: git config {key} <number>"
+            ) from None
+
     def _skip(self) -> frozenset[str]:
         return frozenset(git_config_all(self.git_dir, "memstore.skipVersion"))
 
@@ -178,7 +190,7 @@ class RemoteHelper:
         """Whether this fetch lists the whole history, as the daemon does every
         ``daemon.full_scan_interval``: late versions and deletes whose tombstone expired are found
         only so. ``memstore.fullScanInterval`` in seconds (default a day; 0: every fetch)."""
-        interval = float(git_config(self.git_dir, "memstore.fullScanInterval") or DAY)
+        interval = self._number("memstore.fullScanInterval", DAY)
         try:
             last = float((self.root / "full-scan").read_text(encoding="ascii"))
         except (OSError, ValueError):
@@ -186,9 +198,9 @@ class RemoteHelper:
             if self.mirror.joinpath(".git").is_dir():
                 return True
             self.root.mkdir(parents=True, exist_ok=True)
-            (self.root / "full-scan").write_text(f"{time.time():.0f}\n", encoding="ascii")
+            (self.root / "full-scan").write_text(f"{time.time()!r}\n", encoding="ascii")
             return False
-        return time.time() - last >= interval
+        return interval <= 0 or time.time() - last >= interval
 
     def _fetch(self) -> None:
         copy_history(self.mirror, self.git_dir, self.private_ref)
@@ -225,7 +237,7 @@ class RemoteHelper:
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
         problems = stage_commit(self.git_dir, commit, self.mirror)
-        share = float(git_config(self.git_dir, "memstore.maxDeleteShare") or DEFAULT_MAX_DELETE_SHARE)
+        share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
         refusal = None
         if problems:
