@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -35,7 +34,14 @@ from typing import NoReturn, TextIO
 from memsync.api import Client, Store, open_client
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, MemsyncError, UsageError
 from memsync.mirror import configure_clone, copy_history, escape_for_terminal, stage_commit
-from memsync.remote.location import StoreLocation, git_config, git_config_all, parse_store_url, read_token
+from memsync.remote.location import (
+    StoreLocation,
+    git,
+    git_config,
+    git_config_all,
+    parse_store_url,
+    read_token,
+)
 from memsync.sync.cycle import run_cycle
 from memsync.sync.pull import pull_store
 from memsync.sync.push import DEFAULT_MAX_DELETE_SHARE
@@ -120,7 +126,7 @@ class RemoteHelper:
             # yet: the branch still builds on the pushed commit, so git's fast-forward check must
             # see that one. Once fetched, the branch is rebased onto the store's commits.
             pushed = self._pushed()
-            fetched = _git(self.git_dir, "rev-parse", "--verify", "--quiet", self.private_ref)
+            fetched = git(self.git_dir, "rev-parse", "--verify", "--quiet", self.private_ref)
             if pushed is not None and pushed[0] == tip and fetched != tip:
                 shown = pushed[1]
         return [f"{shown} {MAIN}", f"@{MAIN} HEAD"]
@@ -131,7 +137,7 @@ class RemoteHelper:
         if git_config(self.git_dir, "pull.rebase") is None:
             # After a push the store's history replaces the pushed commits (one commit per version,
             # ids from the API): git pull rebases the branch onto it, dropping what is already there.
-            _git(self.git_dir, "config", "pull.rebase", "true")
+            git(self.git_dir, "config", "pull.rebase", "true")
         client = self.client()
         self._pulled = None
         full_scan = self._full_scan_due()
@@ -283,13 +289,13 @@ class RemoteHelper:
         return None
 
     def _resolve(self, source: str) -> str:
-        found = _git(self.git_dir, "rev-parse", "--verify", f"{source}^{{commit}}")
+        found = git(self.git_dir, "rev-parse", "--verify", f"{source}^{{commit}}")
         if found is None:
             raise UsageError(f"{source} names no commit in this repository")
         return found
 
     def _is_ancestor(self, ancestor: str, commit: str) -> bool:
-        return _git(self.git_dir, "merge-base", "--is-ancestor", ancestor, commit) is not None
+        return git(self.git_dir, "merge-base", "--is-ancestor", ancestor, commit) is not None
 
     def _pushed(self) -> tuple[str, str] | None:
         try:
@@ -339,13 +345,6 @@ def _batch(lines: Iterator[str]) -> list[str]:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _git(git_dir: Path, *args: str) -> str | None:
-    found = subprocess.run(
-        ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, check=False
-    )
-    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

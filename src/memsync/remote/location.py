@@ -105,23 +105,19 @@ def _credential(location: StoreLocation) -> str:
     return fields.get("password", "").strip()
 
 
-def git_config(git_dir: Path, key: str) -> str | None:
-    """One value of the repository's git config (and the user's, system's), or None."""
+def git(git_dir: Path, *args: str) -> str | None:
+    """What ``git --git-dir=GIT_DIR ARGS`` prints (stripped), or None when it fails."""
     found = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "config", "--get", key],
-        capture_output=True,
-        text=True,
-        check=False,
+        ["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, check=False
     )
     return found.stdout.strip() if found.returncode == 0 else None
 
 
+def git_config(git_dir: Path, key: str) -> str | None:
+    """One value of the repository's git config (and the user's, system's), or None."""
+    return git(git_dir, "config", "--get", key)
+
+
 def git_config_all(git_dir: Path, key: str) -> list[str]:
     """Every value of a multi-valued key (``memstore.skipVersion``)."""
-    found = subprocess.run(
-        ["git", f"--git-dir={git_dir}", "config", "--get-all", key],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return found.stdout.split() if found.returncode == 0 else []
+    return (git(git_dir, "config", "--get-all", key) or "").split()
