@@ -54,8 +54,13 @@ def test_the_daemon_refreshes_a_view_after_a_cycle_and_counts_collisions(
         (view / "shared.md").write_text("edited in the view\n")
         pair.write(synced, "new.md", "written after the start\n")
         daemon.coordinator.request(synced.id, "test")
-        wait_for(lambda: (view / "new.md").exists(), 60, "the view to follow the cycle")
-        assert (view / "new.md").read_text() == "written after the start\n"
+        written = view / "new.md"
+        # The checkout creates the file, then fills it (as git does): wait for its content.
+        wait_for(
+            lambda: written.exists() and written.read_text() == "written after the start\n",
+            60,
+            "the view to follow the cycle",
+        )
         assert pair.content(pair.default, "shared.md") == "shared, from the default store\n"
         assert pair.content(synced, "shared.md") == "shared, from the synced store\n"
         git(view, "fsck", "--strict", "--no-progress")
