@@ -158,6 +158,8 @@ class TwoClones(RuleBasedStateMachine):
         assert self.tree_files(self.clone["first"]) == self.store_files()
 
 
+# The soak's budget is an hour a dialect, beyond the suite's per-test timeout.
+@pytest.mark.timeout(3600 if SOAK else 300)
 @pytest.mark.parametrize("dialect", list(Dialect) if SOAK else [Dialect.FORWARD], ids=lambda d: d.value)
 def test_two_clones_push_pull_and_converge(server: ServerProcess, dialect: Dialect) -> None:
     class Machine(TwoClones):
