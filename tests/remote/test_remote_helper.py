@@ -282,10 +282,9 @@ def test_what_a_no_op_fetch_and_a_one_file_push_cost_in_requests(remote: Remote,
     remote.commit(clone, {"m0.md": "changed\n"})
     pushed, said = run("list for-push\npush refs/heads/main:refs/heads/main\n\n")
     assert said.endswith("ok refs/heads/main\n\n")
-    # list for-push: a listing. The push: a listing of the store before it, one
-    # conditional write, and the import of what it wrote, which costs each dialect what a
-    # memsync pull of one new version costs it.
-    push_requests = {Dialect.FORWARD: 4, Dialect.CLOUD: 5, Dialect.ANTHROPIC: 3}[remote.dialect]
+    # list for-push: the one listing. The push: one conditional write, and the import of what
+    # it wrote, which costs each dialect what a memsync pull of one new version costs it.
+    push_requests = {Dialect.FORWARD: 3, Dialect.CLOUD: 4, Dialect.ANTHROPIC: 2}[remote.dialect]
     assert pushed.client().request_count == 1 + push_requests
     assert remote.contents()["m0.md"] == "changed\n"
 
@@ -349,3 +348,46 @@ def test_git_http_ssl_ca_info_is_the_helpers_trust(
         assert refused.returncode != 0 and "cannot trust" in refused.stderr
         remote.git("clone", "-q", "-c", f"http.sslCAInfo={cert}", url, "trusted")
         assert (tmp_path / "trusted" / "a.md").read_text() == "over tls\n"
+
+
+@pytest.mark.parametrize("other_path", ["m0.md", "m1.md"], ids=["same-file", "another-file"])
+def test_a_store_written_between_listing_and_pushing_loses_nothing(remote: Remote, other_path: str) -> None:
+    """Another writer between git's ``list for-push`` and its ``push``: the writes' preconditions
+    catch it. The same file refuses the push (the user merges in the clone, as after any rejected
+    push); another file is pushed beside it. Either way the next pull and push go through."""
+    for n in range(2):
+        remote.client.create_memory(remote.store.id, f"m{n}.md", f"{n}\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"m0.md": "from the clone\n"})
+    location = parse_store_url(remote.url.removeprefix("memstore::"))
+    out = io.StringIO()
+    helper = RemoteHelper(location, clone / ".git", out)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEMSYNC_TOKEN", remote.server.token)
+        helper.serve(io.StringIO("list for-push\n\n"))
+        memory = next(
+            m for m in remote.client.list_memories(remote.store.id) if m.path.lstrip("/") == other_path
+        )
+        remote.client.update_memory(
+            remote.store.id, memory.id, content="from another writer\n", expected_sha256=None
+        )
+        helper.serve(io.StringIO("push refs/heads/main:refs/heads/main\n\n"))
+    helper.close()
+    said = out.getvalue().split("\n\n", 1)[1]  # the push's answer, after the listing's
+    if other_path == "m0.md":
+        assert said.startswith("error refs/heads/main ") and "m0.md" in said
+        assert remote.contents()["m0.md"] == "from another writer\n"  # never overwritten
+        # The clone merges as after any rejected push; the next push builds on the store's history.
+        rebased = remote.git("pull", cwd=clone, check=False)
+        assert rebased.returncode != 0 and "CONFLICT" in rebased.stdout
+        (clone / "m0.md").write_text("merged\n")
+        remote.git("add", "m0.md", cwd=clone)
+        remote.git("-c", "core.editor=true", "rebase", "--continue", cwd=clone)
+        remote.git("push", "-q", cwd=clone)
+        assert remote.contents() == {"m0.md": "merged\n", "m1.md": "1\n"}
+    else:
+        assert said == "ok refs/heads/main\n\n"
+        assert remote.contents() == {"m0.md": "from the clone\n", "m1.md": "from another writer\n"}
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip()
+    assert remote.git("status", "--porcelain", cwd=clone).stdout == ""

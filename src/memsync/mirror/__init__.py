@@ -52,7 +52,14 @@ from memsync.mirror.paths import (
     suggest_tree_path,
     tree_layout_problems,
 )
-from memsync.mirror.repository import ImportedVersion, Mirror, configure_clone, copy_history, stage_commit
+from memsync.mirror.repository import (
+    ImportedVersion,
+    Mirror,
+    configure_clone,
+    copy_history,
+    discard_local,
+    stage_commit,
+)
 from memsync.mirror.rewrite import (
     defer_rewrite,
     respell_history,
@@ -138,6 +145,7 @@ __all__ = [
     "decode_path",
     "decode_paths",
     "defer_rewrite",
+    "discard_local",
     "encode_path",
     "encode_paths",
     "end_conflict",

@@ -31,6 +31,7 @@ import pygit2
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
+from memsync.mirror.conflicts import end_conflict, open_conflicts
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
 from memsync.mirror.gitbinary import require_git, run_git
@@ -425,6 +426,48 @@ def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
     return tip
 
 
+def discard_local(mirror: Path) -> None:
+    """Put the mirror at ``mirror`` back where its imported history is: open conflicts closed (each
+    kept under ``refs/memsync/resolved/``), ``main`` and the base at ``memstore/main``, the working
+    tree and the index holding its files.
+
+    A clone's private mirror after a push that did not go through: the clone holds the user's work
+    and merges there, as git users do, so the private mirror keeps no edit or conflict of its own
+    that would refuse every later push.
+    """
+    with Mirror.open(mirror) as repo:
+        for record in open_conflicts(repo).values():
+            end_conflict(repo, record, resolution="discarded: the clone that pushed merges it")
+        tip = repo.ref_target(MEMSTORE_REF)
+        for ref in (MAIN_REF, BASE_REF):
+            current = repo.ref_target(ref)
+            if tip is None and current is not None:
+                repo.delete_ref_if_equals(ref, current)
+            elif tip is not None and current != tip:
+                repo.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
+        if tip is None:
+            _clear_worktree(mirror)
+        else:
+            stage_commit(mirror / ".git", tip, mirror)
+        index = repo.index()
+        with translated("resetting the index"):
+            if tip is None:
+                index.clear()
+            else:
+                index.read_tree(repo.tree(tip))
+            index.write()
+
+
+def _clear_worktree(mirror: Path) -> None:
+    for entry in mirror.iterdir():
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
     """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
     repository at ``source`` (a clone's git dir), byte for byte: no filter, attribute or line-ending
@@ -435,13 +478,7 @@ def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
     ``.git``; memsync's scan then judges every name as it judges a user's file.
     """
     problems: list[str] = []
-    for entry in mirror.iterdir():
-        if entry.name == ".git":
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    _clear_worktree(mirror)
     with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
         tree = clone.tree(commit)
         pending: list[tuple[str, pygit2.Tree]] = [("", tree)]

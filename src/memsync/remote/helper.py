@@ -33,7 +33,7 @@ from typing import NoReturn, TextIO
 
 from memsync.api import Client, Store, open_client
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, MemsyncError, UsageError
-from memsync.mirror import configure_clone, copy_history, escape_for_terminal, stage_commit
+from memsync.mirror import configure_clone, copy_history, discard_local, escape_for_terminal, stage_commit
 from memsync.remote.location import (
     StoreLocation,
     git,
@@ -43,7 +43,7 @@ from memsync.remote.location import (
     read_token,
 )
 from memsync.sync.cycle import run_cycle
-from memsync.sync.pull import pull_store
+from memsync.sync.pull import PullReport, pull_store
 from memsync.sync.push import DEFAULT_MAX_DELETE_SHARE
 from memsync.sync.status import mirror_status
 
@@ -68,7 +68,7 @@ class RemoteHelper:
         self.force = False
         # The store and the tip the last ``list`` pulled: git lists right before it pushes, in the
         # same run, so the push builds on that pull instead of making its own.
-        self._pulled: tuple[Store, str | None] | None = None
+        self._pulled: tuple[Store, PullReport] | None = None
 
     # --- the protocol ------------------------------------------------------------------------------
 
@@ -156,7 +156,7 @@ class RemoteHelper:
             raise MemsyncError(report.error or "the pull failed")
         if report.imported:
             self._say(f"imported {report.imported} version(s) of {self.location.store_id}")
-        self._pulled = (store, report.tip)
+        self._pulled = (store, report)
         return report.tip
 
     def _store(self, *, refresh: bool) -> Store:
@@ -237,11 +237,15 @@ class RemoteHelper:
         if self._pulled is None:
             self._pull()
         assert self._pulled is not None
-        store, tip = self._pulled
+        store, pulled = self._pulled
+        tip = pulled.tip
         self._pulled = None  # a second ref of the batch pulls again: the first one moved the store
         client = self.client()
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
+        if tip is not None:
+            # What a push cut short left (a kill between writes) is the clone's to merge, not ours.
+            discard_local(self.mirror)
         problems = stage_commit(self.git_dir, commit, self.mirror)
         share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
@@ -259,11 +263,18 @@ class RemoteHelper:
             )
         if refusal is not None:
             # The private checkout back at the store's tip: a later fetch finds it clean.
-            if tip is not None:
-                stage_commit(self.mirror / ".git", tip, self.mirror)
+            discard_local(self.mirror)
             return f"error {destination} {_one_line(refusal)}"
+        # The cycle builds on list for-push's pull (the one listing of a push): the writes'
+        # preconditions catch a store that moved since.
         done = run_cycle(
-            client, store, self.root, force=forced, max_delete_share=share, skip_versions=self._skip()
+            client,
+            store,
+            self.root,
+            force=forced,
+            max_delete_share=share,
+            skip_versions=self._skip(),
+            pulled=pulled,
         )
         for entry in done.push.pushed if done.push is not None else []:
             self._say(f"{entry['action']} {escape_for_terminal(entry['path'])}")
@@ -272,6 +283,9 @@ class RemoteHelper:
                 [f"conflict at {path}" for path in done.conflicts]
                 + [f"{r['path']}: {r['reason']}" for r in done.rejected]
             )
+            # A conflict (the store moved since git listed it) is the clone's to merge: the
+            # private mirror keeps none that would refuse every later push.
+            discard_local(self.mirror)
             return f"error {destination} {_one_line(what)}"
         if done.pull.tip is not None:
             self._record_push(done.pull.tip, commit)

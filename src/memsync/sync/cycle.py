@@ -98,19 +98,25 @@ def run_cycle(
     force: bool = False,
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
     skip_versions: frozenset[str] = frozenset(),
+    pulled: PullReport | None = None,
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
     ``force`` lets a push delete more than ``max_delete_share`` of the store (config
     ``push.max_delete_share``; the delete guard of the reconcile planner). ``skip_versions`` as
-    :func:`~memsync.sync.pull.pull_store` takes them, for every pull of the cycle.
+    :func:`~memsync.sync.pull.pull_store` takes them, for every pull of the cycle. ``pulled`` is a
+    pull the caller made moments ago (git's ``list for-push`` before a push): the cycle builds on
+    it instead of listing the store again. Nothing is lost if the store moved since: every write
+    carries its precondition, and a store that moved is a conflict, as in any cycle.
     """
     try:
         with store_lock(root, store.id):
             _keep_base_ids(root, store.id)
-            pull = pull_store(
-                client, store, root, full_scan=full_scan, locked=True, skip_versions=skip_versions
-            )
+            pull = pulled
+            if pull is None:
+                pull = pull_store(
+                    client, store, root, full_scan=full_scan, locked=True, skip_versions=skip_versions
+                )
             push: PushReport | None = None
             if pull.ok:
                 push = PushReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
