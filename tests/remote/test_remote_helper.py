@@ -391,3 +391,27 @@ def test_a_store_written_between_listing_and_pushing_loses_nothing(remote: Remot
     remote.git("pull", "-q", cwd=clone)
     assert remote.head(clone) == remote.mirror_tip()
     assert remote.git("status", "--porcelain", cwd=clone).stdout == ""
+
+
+@pytest.mark.parametrize("crash_at", ["pull.version:3", "mirror.ref_moved:1"])
+def test_a_clone_or_fetch_killed_half_way_runs_again(remote: Remote, crash_at: str) -> None:
+    """The helper killed (SIGKILL) while importing, or once the import is written: git removes
+    the clone it could not finish, and a second ``git clone`` makes the mirror's commits. A fetch
+    into a repository resumes from what the first one imported."""
+    for n in range(5):
+        remote.client.create_memory(remote.store.id, f"m{n}.md", f"{n}\n")
+    tip = remote.mirror_tip()
+    killed = remote.git("clone", "-q", remote.url, "notes", check=False, crash_at=crash_at)
+    assert killed.returncode != 0
+    assert not (remote.folder / "notes").exists()
+    clone = remote.clone("notes")
+    assert remote.head(clone) == tip
+    assert remote.git("status", "--porcelain", cwd=clone).stdout == ""
+
+    fetched = remote.folder / "fetched"
+    remote.git("init", "-q", "fetched")
+    remote.git("remote", "add", "origin", remote.url, cwd=fetched)
+    assert remote.git("fetch", "-q", cwd=fetched, check=False, crash_at=crash_at).returncode != 0
+    remote.git("fetch", "-q", cwd=fetched)
+    assert remote.git("rev-parse", "origin/main", cwd=fetched).stdout.strip() == tip
+    remote.git("fsck", "--no-progress", cwd=fetched)
