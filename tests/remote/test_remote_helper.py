@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.api import Client, Store, open_client
+from memsync.api import Client, Operation, Store, open_client
 from memsync.mirror import Mirror
 from memsync.remote import RemoteHelper, parse_store_url
 from memsync.rules import Dialect
@@ -94,7 +95,7 @@ def remote(request: pytest.FixtureRequest, server: ServerProcess, tmp_path: Path
 
 
 def test_a_clone_has_the_commits_a_mirror_has_and_the_bytes_of_the_store(remote: Remote) -> None:
-    remote.client.create_memory(remote.store.id, "notes/a.md", "alpha\n")
+    alpha = remote.client.create_memory(remote.store.id, "notes/a.md", "alpha\n")
     remote.client.create_memory(remote.store.id, "crlf.md", "line\r\nnext\r\n")
     clone = remote.clone("notes")
     assert remote.head(clone) == remote.mirror_tip()
@@ -108,6 +109,12 @@ def test_a_clone_has_the_commits_a_mirror_has_and_the_bytes_of_the_store(remote:
     remote.client.create_memory(remote.store.id, "later.md", "later\n")
     remote.git("pull", "-q", cwd=clone)
     assert remote.head(clone) == remote.mirror_tip() and (clone / "later.md").read_text() == "later\n"
+    # git blame names each line's version, as in a mirror.
+    remote.client.update_memory(remote.store.id, alpha.id, "alpha\nbeta\n", expected_sha256=None)
+    remote.git("pull", "-q", cwd=clone)
+    blame = remote.git("blame", "--line-porcelain", "notes/a.md", cwd=clone).stdout.splitlines()
+    summaries = [line.removeprefix("summary ") for line in blame if line.startswith("summary ")]
+    assert summaries == ["created notes/a.md", "updated notes/a.md"]
 
 
 def test_pushes_write_the_change_and_pull_brings_the_stores_history(remote: Remote) -> None:
@@ -415,3 +422,64 @@ def test_a_clone_or_fetch_killed_half_way_runs_again(remote: Remote, crash_at: s
     remote.git("fetch", "-q", cwd=fetched)
     assert remote.git("rev-parse", "origin/main", cwd=fetched).stdout.strip() == tip
     remote.git("fsck", "--no-progress", cwd=fetched)
+
+
+def test_a_version_memsync_cannot_import_is_skipped_by_git_config(
+    server_factory: object, tmp_path: Path
+) -> None:
+    """A version a mirror needs ``memsync pull --skip-version`` for (its path escapes the store:
+    the server's storage was tampered with): the clone stops before it, names the git config key
+    that imports past it, and the clone made with it has the commits a mirror skipping it has."""
+    assert callable(server_factory)
+    db = tmp_path / "tampered.sqlite3"
+    served: ServerProcess = server_factory(db=db)
+    with open_client(Dialect.FORWARD, served.base_url, served.token) as client:
+        remote = Remote(served, client, Dialect.FORWARD, tmp_path)
+        client.create_memory(remote.store.id, "ok.md", "fine\n")
+        bad = client.create_memory(remote.store.id, "bad.md", "original\n")
+        client.create_memory(remote.store.id, "after.md", "later\n")
+        version = next(v for v in client.iter_versions(remote.store.id) if v.memory_id == bad.id)
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE versions SET path = ? WHERE id = ?", ("../escape.md", version.id))
+
+        refused = remote.git("clone", remote.url, "notes", check=False)
+        assert refused.returncode != 0
+        assert f"git clone -c memstore.skipVersion={version.id}" in refused.stderr
+        assert not (tmp_path / "escape.md").exists()
+
+        clone = remote.folder / "notes"
+        remote.git("clone", "-q", "-c", f"memstore.skipVersion={version.id}", remote.url, "notes")
+        assert sorted(p.name for p in clone.iterdir() if p.name != ".git") == ["after.md", "ok.md"]
+        mirror = pull_store(client, remote.store, tmp_path / "m", skip_versions=frozenset({version.id}))
+        assert mirror.ok and mirror.tip == remote.head(clone)
+        # The key stays in the clone's config: later fetches import past the version too.
+        client.create_memory(remote.store.id, "later.md", "more\n")
+        remote.git("pull", "-q", cwd=clone)
+        assert (clone / "later.md").read_text() == "more\n"
+
+
+def test_a_redaction_is_a_forced_update_that_says_why(remote: Remote) -> None:
+    """A version redacted after the clone fetched it: the full scan finds it, the private mirror's
+    history is rewritten without its content, and git reports a forced update of origin/main,
+    which the helper explains; a pull then stands on the mirror's commits, the secret unreachable."""
+    memory = remote.client.create_memory(remote.store.id, "a.md", "a secret\n")
+    remote.client.update_memory(remote.store.id, memory.id, "nothing to see\n", expected_sha256=None)
+    remote.client.create_memory(remote.store.id, "b.md", "bee\n")
+    clone = remote.clone("notes")
+    remote.git("config", "memstore.fullScanInterval", "0", cwd=clone)
+    created = next(
+        v
+        for v in remote.client.iter_versions(remote.store.id)
+        if v.memory_id == memory.id and v.operation is Operation.CREATED
+    )
+    remote.client.redact_version(remote.store.id, created.id)
+
+    fetched = remote.git("fetch", cwd=clone)
+    assert "(forced update)" in fetched.stderr
+    assert "history was rewritten" in fetched.stderr
+    remote.git("pull", "-q", cwd=clone)
+    assert remote.head(clone) == remote.mirror_tip()
+    remote.git("reflog", "expire", "--expire=now", "--all", cwd=clone)
+    remote.git("gc", "-q", "--prune=now", cwd=clone)
+    everything = remote.git("log", "--all", "-p", "--format=%H", cwd=clone).stdout
+    assert "nothing to see" in everything and "a secret" not in everything

@@ -152,6 +152,13 @@ class RemoteHelper:
                 "the store's history was rewritten (a redaction or a new path spelling): git reports"
                 " a forced update of the remote-tracking branch; rebase your work onto it"
             )
+        if report.stopped_at_version is not None:
+            version = report.stopped_at_version
+            raise MemsyncError(
+                f"stopped before version {version}: {report.stopped_because}. Nothing of it was"
+                f" written; to import past it: git config --add memstore.skipVersion {version}"
+                f" (a first clone: git clone -c memstore.skipVersion={version} …)"
+            )
         if not report.ok:
             raise MemsyncError(report.error or "the pull failed")
         if report.imported:

@@ -119,6 +119,7 @@ class PullReport(StoreReport):
     checkout: str = "unchanged"
     local_changes: list[str] = field(default_factory=list)
     stopped_at_version: str | None = None
+    stopped_because: str | None = None  # why (not output: the error says it, with the command)
     redacted_since_import: list[str] = field(default_factory=list)
     expired: int = 0
     deleted_remotely: bool = False  # not listed by the API (the key predates the wording)
@@ -791,6 +792,7 @@ class _Importer:
 
     def _stop(self, version: MemoryVersion, why: str) -> bool:
         self.report.stopped_at_version = version.id
+        self.report.stopped_because = why
         self.report.fail(
             f"stopped before version {version.id}: {why}. Nothing of it was written; to import past it,"
             f" run: memsync pull {self.store.id} --skip-version {version.id}"
