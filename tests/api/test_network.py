@@ -60,6 +60,7 @@ class _Proxy(socketserver.ThreadingTCPServer):
         self.requests: list[str] = []
         self.credentials: list[str | None] = []
         self.required: str | None = None  # a Proxy-Authorization value; others are answered 407
+        self.writes_left: int | None = None  # then writes are answered 403, as a revoked grant is
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
 
     def get_request(self) -> tuple[socket.socket, object]:
@@ -98,6 +99,16 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         target = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else None
+        if self.command != "GET" and self.server.writes_left is not None:
+            if self.server.writes_left <= 0:
+                refusal = b'{"type":"error","error":{"type":"permission_error","message":"writes revoked"}}'
+                self.send_response(403)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(refusal)))
+                self.end_headers()
+                self.wfile.write(refusal)
+                return
+            self.server.writes_left -= 1
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "proxy-connection")}
         path = target.path + (f"?{target.query}" if target.query else "")
         upstream = f"http://127.0.0.1:{self.server.upstream}{path}"

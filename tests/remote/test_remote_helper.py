@@ -483,3 +483,39 @@ def test_a_redaction_is_a_forced_update_that_says_why(remote: Remote) -> None:
     remote.git("gc", "-q", "--prune=now", cwd=clone)
     everything = remote.git("log", "--all", "-p", "--format=%H", cwd=clone).stdout
     assert "nothing to see" in everything and "a secret" not in everything
+
+
+def test_a_push_refused_half_way_says_what_it_wrote_and_a_pull_brings_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The store refuses writes after the first (a grant revoked mid-push, through a proxy): the
+    push fails naming what it wrote, origin/main stays a commit of the store's history (never the
+    pushed one), and once writes are allowed again a pull and a push send the rest."""
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
+        client.create_memory(remote.store.id, "a.md", "alpha\n")
+        for variable in PROXY_ENV:
+            remote.env.pop(variable, None)
+        named = f"memstore::{_named(server)}/api/v1/forward/memory_stores/{remote.store.id}"
+        with _serving(server) as proxy:
+            settings = ["-c", f"http.proxy=http://127.0.0.1:{proxy.server_address[1]}"]
+            settings += ["-c", "memstore.allowPlainHttp=true"]
+            remote.git("clone", "-q", *settings, named, "notes")
+            clone = tmp_path / "notes"
+            for setting in settings[1::2]:
+                remote.git("config", *setting.split("=", 1), cwd=clone)
+            before = remote.git("rev-parse", "origin/main", cwd=clone).stdout
+            remote.commit(clone, {"b.md": "bee\n", "c.md": "sea\n"})
+            proxy.writes_left = 1
+            failed = remote.git("push", cwd=clone, check=False)
+            assert failed.returncode != 0 and "writes revoked" in failed.stderr
+            written = set(remote.contents()) - {"a.md"}
+            assert len(written) == 1
+            assert f"memstore: written: create {written.pop()}" in failed.stderr
+            assert remote.git("rev-parse", "origin/main", cwd=clone).stdout == before
+            proxy.writes_left = None
+            remote.git("pull", "-q", cwd=clone)
+            remote.git("push", "-q", cwd=clone)
+            remote.git("pull", "-q", cwd=clone)
+    assert remote.contents() == {"a.md": "alpha\n", "b.md": "bee\n", "c.md": "sea\n"}
+    assert remote.head(clone) == remote.mirror_tip()

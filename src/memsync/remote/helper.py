@@ -283,8 +283,10 @@ class RemoteHelper:
             skip_versions=self._skip(),
             pulled=pulled,
         )
+        # Said whether or not the cycle went through: a push that fails half way says what it wrote.
         for entry in done.push.pushed if done.push is not None else []:
-            self._say(f"{entry['action']} {escape_for_terminal(entry['path'])}")
+            moved = f" to {escape_for_terminal(entry['to'])}" if "to" in entry else ""
+            self._say(f"written: {entry['action']} {escape_for_terminal(entry['path'])}{moved}")
         if not done.ok or done.conflicts or done.rejected:
             what = done.error or "; ".join(
                 [f"conflict at {path}" for path in done.conflicts]
