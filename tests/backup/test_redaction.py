@@ -133,5 +133,5 @@ def test_a_rewrite_killed_anywhere_is_finished_by_the_next_full_scan(
     assert pull_store(client, store, tmp_path / "fresh").ok
     assert commits(repo) == commits(tmp_path / "fresh" / store.id)
     assert not Path(repo / ".git" / "memsync" / "rewrite-pending").exists()
-    assert Mirror.open(repo).ref_target("refs/memsync-rewrite/memstore") is None
+    assert Mirror.open(repo).git.ref_target("refs/memsync-rewrite/memstore") is None
     git(repo, "fsck", "--strict")

@@ -177,13 +177,13 @@ def test_unpushed_work_is_carried_over_and_redacted_bytes_in_it_are_reported(tmp
 
 def test_a_ref_to_commits_unrelated_to_the_rewrite_stays(tmp_path: Path) -> None:
     mirror = write(tmp_path / "m", HISTORY)
-    metadata_before = mirror.ref_target(mirror.METADATA_REF)
+    metadata_before = mirror.git.ref_target(mirror.METADATA_REF)
     first = git(mirror.path, "rev-list", "--reverse", "memstore/main").split()[0]
     git(mirror.path, "update-ref", "refs/memsync/old", first)
     report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
     assert report is not None and "refs/memsync/old" not in report.refs
-    assert mirror.ref_target("refs/memsync/old") == first  # before the first rewritten commit
-    assert mirror.ref_target(mirror.METADATA_REF) == metadata_before
+    assert mirror.git.ref_target("refs/memsync/old") == first  # before the first rewritten commit
+    assert mirror.git.ref_target(mirror.METADATA_REF) == metadata_before
 
 
 def as_served(records: list[VersionRecord], anthropic: bool) -> list[VersionRecord]:

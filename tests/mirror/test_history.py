@@ -369,7 +369,7 @@ def test_large_directories_are_stored_as_deltas(new_mirror: NewMirror) -> None:
     ]
     write(mirror, records)
     fsck(mirror.path)
-    packs = list((mirror.objects_dir / "pack").glob("pack-*.idx"))
+    packs = list((mirror.git.objects_dir / "pack").glob("pack-*.idx"))
     verify = git(mirror.path, "verify-pack", "-v", *map(str, packs))
     assert "chain length = 1:" in verify  # trees stored as deltas, and git reads them
     assert mirror.files(mirror.tip() or "")["flat/m299.md"] == blob_id(b"599\n")
@@ -388,12 +388,12 @@ def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
     with pytest.raises(MirrorError, match="cannot continue"):
         writer.add(HISTORY[3])
     with pytest.raises(RefMoved):
-        mirror.set_ref_if_equals(mirror.BASE_REF, first, "0" * 40)
-    mirror.set_ref_if_equals(mirror.BASE_REF, first, None)
+        mirror.git.set_ref_if_equals(mirror.BASE_REF, first, "0" * 40)
+    mirror.git.set_ref_if_equals(mirror.BASE_REF, first, None)
     with pytest.raises(RefMoved):
-        mirror.set_ref_if_equals(mirror.BASE_REF, first, None)
-    mirror.delete_ref_if_equals(mirror.BASE_REF, first)
-    assert mirror.ref_target(mirror.BASE_REF) is None
+        mirror.git.set_ref_if_equals(mirror.BASE_REF, first, None)
+    mirror.git.delete_ref_if_equals(mirror.BASE_REF, first)
+    assert mirror.git.ref_target(mirror.BASE_REF) is None
 
 
 def test_packs_stay_few_however_many_batches(new_mirror: NewMirror) -> None:
@@ -513,7 +513,7 @@ def test_leftovers_of_a_killed_writer_are_handled(new_mirror: NewMirror) -> None
     git(mirror.path, "update-ref", SCRATCH_REF, tip)
     (mirror.git_dir / "fast_import_crash_4242").write_text("fast-import crash report:\n")
     write(mirror, HISTORY[1:2])
-    assert mirror.ref_target(SCRATCH_REF) is None
+    assert mirror.git.ref_target(SCRATCH_REF) is None
     assert not (mirror.git_dir / "fast_import_crash_4242").exists()
     fsck(mirror.path)
     writer = mirror.history_writer()
@@ -529,14 +529,14 @@ def test_git_fast_import_refusing_a_stream_is_a_clear_error_and_moves_nothing(ne
     mirror = new_mirror()
     write(mirror, HISTORY[:2])
     tip = mirror.tip()
-    stream = mirror.fast_import()
+    stream = mirror.git.fast_import()
     who = b"t <t@example.com> 0 +0000"
     stream.commit(parent=tip, author=who, committer=who, message=b"m\n", changes=[Move("absent.md", "b.md")])
     refused = r"git fast-import failed writing the mirror's objects: .*absent\.md"
     with pytest.raises(MirrorError, match=refused):
         stream.finish()
     assert mirror.tip() == tip
-    assert mirror.ref_target(SCRATCH_REF) is None
+    assert mirror.git.ref_target(SCRATCH_REF) is None
     fsck(mirror.path)
 
 
@@ -599,7 +599,7 @@ def test_merging_packs_keeps_everything_any_ref_reflog_or_the_index_reaches(
         fsck(mirror.path)
     if sealed_bytes == 1:
         assert pack_count(mirror.path) > gitstore.GEOMETRIC_FROM + 1  # the sealed packs were left alone
-    mirror.drop_unreachable()  # git gc: its pack is sealed at the refs as they are
+    mirror.git.drop_unreachable()  # git gc: its pack is sealed at the refs as they are
     for item in items[20:]:
         write(mirror, [item])
         fsck(mirror.path)

@@ -77,7 +77,7 @@ def test_plain_git_push_fetch_and_pull_fail_with_a_hint(new_mirror: NewMirror) -
 def test_set_ref_if_equals_refuses_names_outside_refs(new_mirror: NewMirror) -> None:
     mirror = new_mirror()
     with pytest.raises(MirrorError, match="not a full ref name"):
-        mirror.set_ref_if_equals("HEAD", "0" * 40, None)
+        mirror.git.set_ref_if_equals("HEAD", "0" * 40, None)
 
 
 def test_metadata_lives_on_its_own_branch(new_mirror: NewMirror) -> None:
@@ -127,7 +127,7 @@ def test_metadata_pairs_are_streamed_and_a_failing_listing_records_nothing(new_m
     with pytest.raises(ConnectionError):
         mirror.write_metadata(store={**store, "name": "Renamed"}, memories=listing_that_fails(), when=when)
     # A partial listing must not drop the files of the memories it did not reach: nothing moved.
-    assert mirror.ref_target(mirror.METADATA_REF) == first
+    assert mirror.git.ref_target(mirror.METADATA_REF) == first
     assert mirror.read_metadata() == (store, documents)
 
 
@@ -157,4 +157,4 @@ def test_pygit2_errors_arrive_as_mirror_errors(new_mirror: NewMirror) -> None:
     with pytest.raises(MirrorError, match="reading the tree of"):
         mirror.files("0" * 40)
     with pytest.raises(MirrorError, match="reading blob"):
-        mirror.read_blob("not-hex")
+        mirror.git.read_blob("not-hex")

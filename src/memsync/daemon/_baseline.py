@@ -133,7 +133,7 @@ class CheckoutBaseline:
         if self._mirror is None:
             self._mirror = Mirror.open(self.checkout)
         mirror = self._mirror
-        commit = mirror.ref_target(Mirror.BASE_REF) or mirror.ref_target(Mirror.MAIN_REF)
+        commit = mirror.git.ref_target(Mirror.BASE_REF) or mirror.git.ref_target(Mirror.MAIN_REF)
         if commit == self._tree[0]:
             return self._tree[1]
         if commit is None:
@@ -170,7 +170,7 @@ class CheckoutBaseline:
         """Whether the push's scan would leave the untracked file out too (memsync.mirror.ignores)."""
         assert self._mirror is not None  # opened by _base_tree, which changed() calls first
         try:
-            return is_ignored(self._mirror, tree_path)
+            return is_ignored(self._mirror.git, tree_path)
         except MemsyncError as exc:
             log.warning("cannot tell whether %s is ignored in %s: %s", tree_path, self.checkout, exc)
             return False

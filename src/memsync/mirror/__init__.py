@@ -17,6 +17,7 @@ from memsync.mirror.backups import (
 )
 from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
 from memsync.mirror.checkout import head_problem, undo_interrupted_checkout
+from memsync.mirror.clone import configure_clone, copy_history, discard_local, stage_commit
 from memsync.mirror.conflicts import (
     ConflictRecord,
     Merger,
@@ -52,14 +53,7 @@ from memsync.mirror.paths import (
     suggest_tree_path,
     tree_layout_problems,
 )
-from memsync.mirror.repository import (
-    ImportedVersion,
-    Mirror,
-    configure_clone,
-    copy_history,
-    discard_local,
-    stage_commit,
-)
+from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import (
     defer_rewrite,
     respell_history,

@@ -277,7 +277,7 @@ class PushResult:
 def backup_refs(mirror: Mirror) -> dict[str, str]:
     """``{mirror ref: backup ref}`` of everything a backup holds (see the module docstring)."""
     wanted: dict[str, str] = {}
-    names = mirror.refs("refs/")
+    names = mirror.git.refs("refs/")
     if mirror.MEMSTORE_REF in names:
         wanted[mirror.MEMSTORE_REF] = BACKUP_MAIN
     if mirror.METADATA_REF in names:
@@ -318,7 +318,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
     specs: list[str] = []
     planned: list[RefPush] = []
     for local, remote_ref in refs.items():
-        new = mirror.ref_target(local)
+        new = mirror.git.ref_target(local)
         old = heads.get(remote_ref)
         if new is None:
             continue
@@ -327,7 +327,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         elif old is None:
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "created"))
-        elif mirror.has_object(old) and mirror.is_ancestor(old, new):
+        elif mirror.git.has_object(old) and mirror.git.is_ancestor(old, new):
             specs.append(f"{local}:{remote_ref}")
             planned.append(RefPush(local, remote_ref, old, new, "updated"))
         elif old in superseded:
@@ -358,7 +358,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
     callbacks = _Callbacks(target)
     if specs:
         try:
-            mirror.push_refs(target.url, specs, callbacks)
+            mirror.git.push_refs(target.url, specs, callbacks)
         except pygit2.GitError as exc:
             raise MirrorError(callbacks.refused or f"pushing to {target.display}: {exc}") from None
         crash_point("backup.remote_pushed")  # the remote's refs moved; a forced update not pruned yet
@@ -412,7 +412,7 @@ def _remote_heads(mirror: Mirror, target: BackupTarget) -> dict[str, str]:
     """``{ref: commit}`` the target advertises to a pusher (receive-pack's view of its refs)."""
     callbacks = _Callbacks(target)
     try:
-        return mirror.advertised_refs(target.url, callbacks)
+        return mirror.git.advertised_refs(target.url, callbacks)
     except pygit2.GitError as exc:
         raise MirrorError(callbacks.refused or f"connecting to {target.display}: {exc}") from None
 

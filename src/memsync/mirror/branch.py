@@ -31,15 +31,15 @@ PUSHED_PREFIX = "refs/memsync/pushed/"
 
 def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
     """Point ``main`` (and the index) at ``tip``; the ref keeping the old ``main``, if it had to be kept."""
-    old = mirror.ref_target(mirror.MAIN_REF)
+    old = mirror.git.ref_target(mirror.MAIN_REF)
     kept: str | None = None
-    if old is not None and old != tip and not mirror.is_ancestor(old, tip):
+    if old is not None and old != tip and not mirror.git.is_ancestor(old, tip):
         kept = f"{PUSHED_PREFIX}{when.strftime('%Y%m%dT%H%M%SZ')}-{old[:12]}"
-        if mirror.ref_target(kept) != old:
-            mirror.set_ref_if_equals(kept, old, None, message="memsync: local commits pushed")
+        if mirror.git.ref_target(kept) != old:
+            mirror.git.set_ref_if_equals(kept, old, None, message="memsync: local commits pushed")
     align_index(mirror, tip)
     if old != tip:
-        mirror.set_ref_if_equals(mirror.MAIN_REF, tip, old, message="memsync: reset to the pushed tip")
+        mirror.git.set_ref_if_equals(mirror.MAIN_REF, tip, old, message="memsync: reset to the pushed tip")
     return kept
 
 
@@ -57,15 +57,15 @@ def main_rewind(
     nothing of it was checked out yet, are no rewind: the base's imported commit must be missing
     from ``main``'s history.
     """
-    main = mirror.ref_target(mirror.MAIN_REF)
+    main = mirror.git.ref_target(mirror.MAIN_REF)
     reconciled = reconciled_import(mirror, base) if base is not None else None
-    if main is None or reconciled is None or mirror.is_ancestor(reconciled, main):
+    if main is None or reconciled is None or mirror.git.is_ancestor(reconciled, main):
         return None
     with translated("finding where main was moved back to"):
-        fork = mirror.merge_base(main, reconciled)
-        versions = sum(1 for _ in mirror.walk(reconciled, since=fork))
+        fork = mirror.git.merge_base(main, reconciled)
+        versions = sum(1 for _ in mirror.git.walk(reconciled, since=fork))
         before: dict[str, str | None] = {}
-        for delta in mirror.tree(fork).diff_to_tree(mirror.tree(reconciled)).deltas:
+        for delta in mirror.git.tree(fork).diff_to_tree(mirror.git.tree(reconciled)).deltas:
             if delta.status != DeltaStatus.ADDED:
                 before[decoded(delta.old_file.path)] = hashes.sha256(str(delta.old_file.id))
             if delta.status != DeltaStatus.DELETED:
@@ -75,19 +75,19 @@ def main_rewind(
 
 def pushed_refs(mirror: Mirror) -> list[str]:
     """The refs keeping earlier ``main`` tips, oldest first."""
-    return mirror.refs(PUSHED_PREFIX)
+    return mirror.git.refs(PUSHED_PREFIX)
 
 
 def align_index(mirror: Mirror, commit: str) -> None:
     """Make the index hold ``commit``'s tree; entries of files the checkout holds unchanged get stat data."""
-    wanted = mirror.tree_files(commit)
-    index = mirror.index()
+    wanted = mirror.git.tree_files(commit)
+    index = mirror.git.index()
     with translated("reading the index"):
         changed = index.conflicts is not None
         current = {} if changed else {entry.path: str(entry.id) for entry in index}
     with translated("updating the index"):
         if changed:
-            index.read_tree(mirror.tree(commit))
+            index.read_tree(mirror.git.tree(commit))
         for path in current.keys() - wanted.keys():
             index.remove(path)
             changed = True

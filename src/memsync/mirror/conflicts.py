@@ -172,7 +172,7 @@ def record_conflict(
     """Write the conflict's commit and point its ref at it (the ref must not exist)."""
     moment = (when or datetime.now(UTC)).astimezone(UTC)
     sides = {"base": base, "local": local, "remote": remote, "markers": markers}
-    tree = mirror.write_flat_tree({name: data for name, data in sides.items() if data is not None})
+    tree = mirror.git.write_flat_tree({name: data for name, data in sides.items() if data is not None})
     trailers = {
         "Memsync-Conflict": "1",
         "Conflict-Path": quote_for_message(memory_path),
@@ -187,15 +187,15 @@ def record_conflict(
         f"{key}: {value}\n" for key, value in trailers.items()
     )
     signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-    commit = mirror.create_commit(tree, [], signature, message)
+    commit = mirror.git.create_commit(tree, [], signature, message)
     ref = ref_name(memory_path)
-    mirror.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
+    mirror.git.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
     return _parse(mirror, ref, commit)
 
 
 def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
     """The recorded conflicts by memory path."""
-    targets = {ref: mirror.ref_target(ref) for ref in mirror.refs(CONFLICTS_PREFIX)}
+    targets = {ref: mirror.git.ref_target(ref) for ref in mirror.git.refs(CONFLICTS_PREFIX)}
     records = [_parse(mirror, ref, commit) for ref, commit in targets.items() if commit is not None]
     return {record.memory_path: record for record in records}
 
@@ -203,7 +203,7 @@ def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
 def conflict_side(mirror: Mirror, record: ConflictRecord, side: str) -> bytes | None:
     """One side's bytes (``base``, ``local``, ``remote`` or ``markers``); None for an absent base."""
     blob = conflict_blob(mirror, record, side)
-    return None if blob is None else mirror.read_blob(blob)
+    return None if blob is None else mirror.git.read_blob(blob)
 
 
 def conflict_blob(mirror: Mirror, record: ConflictRecord, side: str) -> str | None:
@@ -211,7 +211,7 @@ def conflict_blob(mirror: Mirror, record: ConflictRecord, side: str) -> str | No
     if side not in SIDES:
         raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
     with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
-        tree = mirror.tree(record.commit)
+        tree = mirror.git.tree(record.commit)
         if side not in tree:
             return None
         blob = tree[side]
@@ -236,9 +236,9 @@ def end_conflict(
     tree of the path's previous resolution, so every resolution stays reachable.
     """
     resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
-    previous = mirror.ref_target(resolved)
+    previous = mirror.git.ref_target(resolved)
     moment = (when or datetime.now(UTC)).astimezone(UTC)
-    tree = mirror.write_flat_tree(
+    tree = mirror.git.write_flat_tree(
         {"replaced": replaced} if replaced is not None else {},
         trees={"previous": previous} if previous is not None else None,
         base=record.commit,
@@ -249,9 +249,9 @@ def end_conflict(
         f"Resolution: {resolution}\n"
     )
     signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-    commit = mirror.create_commit(tree, [], signature, message)
-    mirror.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
-    mirror.delete_ref_if_equals(record.ref, record.commit)
+    commit = mirror.git.create_commit(tree, [], signature, message)
+    mirror.git.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
+    mirror.git.delete_ref_if_equals(record.ref, record.commit)
     return resolved
 
 
@@ -261,7 +261,7 @@ def _sha(data: bytes) -> str:
 
 def _parse(mirror: Mirror, ref: str, commit: str) -> ConflictRecord:
     with translated(f"reading {ref}"):
-        found = mirror.commit(commit)
+        found = mirror.git.commit(commit)
         message, when = found.message, found.commit_time
     lines = message.rstrip("\n").split("\n\n")[-1].split("\n")
     fields = dict(line.split(": ", 1) for line in lines if ": " in line)

@@ -347,14 +347,8 @@ class ImportTarget(Protocol):
     its refs and objects, and the caches an import keeps up to date."""
 
     state_dir: Path
+    git: GitStore
 
-    def ref_target(self, name: str) -> str | None: ...
-    def set_ref_if_equals(
-        self, name: str, new: str, expected_old: str | None, *, message: str = ...
-    ) -> None: ...
-    def read_blob(self, blob_id: str) -> bytes: ...
-    def fast_import(self) -> FastImport: ...
-    def repack(self) -> bool: ...
     def path_map_at(self, tip: str | None) -> PathMap: ...
     def checkpoint_written(
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
@@ -385,7 +379,7 @@ class HistoryWriter:
         self._ref = ref or MEMSTORE_REF
         self._batch_commits = batch_commits
         self._batch_bytes = batch_bytes
-        self._expected = mirror.ref_target(self._ref)
+        self._expected = mirror.git.ref_target(self._ref)
         self._paths = mirror.path_map_at(self._expected).copy()
         self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
@@ -437,7 +431,7 @@ class HistoryWriter:
         )
         first = not self.started
         if self._stream is None:
-            self._stream = self._mirror.fast_import()
+            self._stream = self._mirror.git.fast_import()
         stream = self._stream
         blob, content_sha = self._blob_for(stream, record)
         known = self._paths.path_of(record.memory_id)
@@ -515,7 +509,7 @@ class HistoryWriter:
         tip = ids[pending]
         crash_point("mirror.pack_written")
         try:
-            self._mirror.set_ref_if_equals(
+            self._mirror.git.set_ref_if_equals(
                 self._ref, tip, self._expected, message=f"memsync: import {pending} versions"
             )
         except RefMoved as exc:
@@ -535,7 +529,7 @@ class HistoryWriter:
         self._redacted_marks = []
         self._expected = tip
         self._new_content = {}
-        self._mirror.repack()
+        self._mirror.git.repack()
         return tip
 
     def __enter__(self) -> HistoryWriter:
@@ -616,7 +610,7 @@ class HistoryWriter:
                     f"version {record.version_id}: the mirror holds no content with SHA-256 "
                     f"{record.content_sha256}; fetch the version's content and pass it"
                 )
-            if hashlib.sha256(self._mirror.read_blob(known)).hexdigest() != record.content_sha256:
+            if hashlib.sha256(self._mirror.git.read_blob(known)).hexdigest() != record.content_sha256:
                 raise MirrorError(
                     f"the mirror's content index is wrong for SHA-256 {record.content_sha256}; "
                     "delete .git/memsync/content-index and run again"

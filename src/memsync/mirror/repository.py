@@ -26,21 +26,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
-from memsync.mirror.conflicts import end_conflict, open_conflicts
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
-from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitstore import GitStore, temporary_beside
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_COMMITS,
+    FACTS_FILE,
     HistoryWriter,
     PathMap,
     replay,
@@ -119,8 +117,17 @@ class ImportedVersion:
         return cls(commit, **{field.name: getattr(trailers, field.name) for field in fields(trailers)})
 
 
-class Mirror(GitStore):
-    """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`."""
+# The caches naming commits of the imported history (see Mirror.drop_history_caches).
+_HISTORY_CACHES = ("paths.json", "content-index", FACTS_FILE)
+
+
+class Mirror:
+    """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`.
+
+    It holds its repository (``git``) rather than being one, as views and backups do: the mirror's
+    own verbs are its imported history, paths, checkout and metadata; git plumbing (refs, trees,
+    blobs, the index) is asked of ``git``.
+    """
 
     MEMSTORE_REF = MEMSTORE_REF
     MAIN_REF = MAIN_REF
@@ -128,9 +135,18 @@ class Mirror(GitStore):
     METADATA_REF = METADATA_REF
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
-        super().__init__(path, create="worktree" if create else None)
-        self._content = ContentIndex(self, self.state_dir / "content-index")
+        self.git = GitStore(path, create="worktree" if create else None)
+        self.path = self.git.path
+        self.git_dir = self.git.git_dir
+        self.state_dir = self.git.state_dir
+        self._content = ContentIndex(self.git, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
+
+    def __enter__(self) -> Mirror:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # --- creating and opening --------------------------------------------------------------------
 
@@ -168,15 +184,15 @@ class Mirror(GitStore):
             raise MirrorError(f"{root} is not a memsync mirror (no .git directory); create it with init")
         mirror = cls(root)
         try:
-            if mirror.is_bare or mirror.workdir.resolve() != root.resolve():
+            if mirror.git.is_bare or mirror.git.workdir.resolve() != root.resolve():
                 raise MirrorError(
                     f"{root} is not a memsync mirror: its repository is not a plain working tree"
                 )
-            if "memsync.mirrorformat" not in mirror.config:
+            if "memsync.mirrorformat" not in mirror.git.config:
                 raise MirrorError(
                     f"{root} is a git repository but not a memsync mirror (memsync.mirrorformat is unset)"
                 )
-            version = mirror.config["memsync.mirrorformat"]
+            version = mirror.git.config["memsync.mirrorformat"]
             if version != MIRROR_FORMAT:
                 raise FormatError(
                     f"{root} is a memsync mirror of format {version}; this memsync handles format "
@@ -191,12 +207,22 @@ class Mirror(GitStore):
     def close(self) -> None:
         """Release the repository's files (pack handles and maps); the mirror is unusable after."""
         self._content.close()
-        super().close()
+        self.git.close()
 
     def reopen(self) -> None:
+        """Fresh handles (after git replaced the pack files the old ones had open)."""
         self._content.close()
-        super().reopen()
-        self._content = ContentIndex(self, self.state_dir / "content-index")
+        self.git.reopen()
+        self._content = ContentIndex(self.git, self.state_dir / "content-index")
+        self._path_map_cache = None
+
+    def drop_history_caches(self) -> None:
+        """Forget the caches that name commits of the imported history, once it was rewritten: each
+        is rebuilt from the new history when next asked."""
+        self._content.close()
+        for name in _HISTORY_CACHES:
+            (self.state_dir / name).unlink(missing_ok=True)
+        self._content = ContentIndex(self.git, self.state_dir / "content-index")
         self._path_map_cache = None
 
     def _ensure_layout(self) -> None:
@@ -216,7 +242,7 @@ class Mirror(GitStore):
                 return
         self.state_dir.mkdir(exist_ok=True)
         upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
-        wrote = self.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+        wrote = self.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         # Taken before the check, the fingerprint is only noted when the check changed nothing: an
         # edit made meanwhile, or this check's own writes, make the next open check again.
         if fingerprint is not None and not (wrote or upgraded):
@@ -245,21 +271,21 @@ class Mirror(GitStore):
 
     def tip(self) -> str | None:
         """The last imported commit (``memstore/main``), or None before the first import."""
-        return self.ref_target(self.MEMSTORE_REF)
+        return self.git.ref_target(self.MEMSTORE_REF)
 
     def last_imported(self) -> ImportedVersion | None:
         """The checkpoint: the tip's trailers, validated; None before the first import."""
         tip = self.tip()
         if tip is None:
             return None
-        return ImportedVersion.from_trailers(tip, parse_message(self.commit(tip).message, tip))
+        return ImportedVersion.from_trailers(tip, parse_message(self.git.commit(tip).message, tip))
 
     def imported_versions(self) -> Iterator[ImportedVersion]:
         """Every imported version, newest first (a walk of the whole history: for rare cases)."""
         tip = self.tip()
         if tip is None:
             return
-        for commit in self.walk(tip):
+        for commit in self.git.walk(tip):
             commit_id = str(commit.id)
             yield ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
 
@@ -281,7 +307,7 @@ class Mirror(GitStore):
 
     def files(self, commit: str) -> dict[str, str]:
         """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
-        return {decode_path(tree_path): blob for tree_path, blob in self.tree_files(commit).items()}
+        return {decode_path(tree_path): blob for tree_path, blob in self.git.tree_files(commit).items()}
 
     def history_writer(
         self, *, batch_commits: int = DEFAULT_BATCH_COMMITS, batch_bytes: int = DEFAULT_BATCH_BYTES
@@ -308,11 +334,11 @@ class Mirror(GitStore):
         except (OSError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
-            since = cached_tip if cached_tip and self.is_ancestor(cached_tip, tip) else None
+            since = cached_tip if cached_tip and self.git.is_ancestor(cached_tip, tip) else None
             if since is None:
                 paths = PathMap()
             with translated("rebuilding the path map from history"):
-                replay(self, paths, tip, since)
+                replay(self.git, paths, tip, since)
             if tip == self.tip():  # a map of an older commit must not replace the tip's cache
                 self._save_path_map(tip, paths)
         self._path_map_cache = (tip, paths)
@@ -343,11 +369,11 @@ class Mirror(GitStore):
 
     def local_changes(self) -> tuple[str, ...]:
         """Working-tree paths the user changed since ``refs/memsync/base``."""
-        return local_changes(self)
+        return local_changes(self.git)
 
     def update_checkout(self) -> CheckoutUpdate:
         """Fast-forward ``main`` and the working tree to the tip unless local changes are pending."""
-        return update_checkout(self)
+        return update_checkout(self.git)
 
     def write_metadata(
         self,
@@ -362,7 +388,7 @@ class Mirror(GitStore):
     ) -> str | None:
         """Snapshot metadata on ``refs/heads/memsync/metadata``; the commit, or None if unchanged."""
         return write_metadata(
-            self,
+            self.git,
             store=store,
             memories=memories,
             when=when,
@@ -374,7 +400,7 @@ class Mirror(GitStore):
 
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` of the metadata branch."""
-        return read_metadata(self, commit)
+        return read_metadata(self.git, commit)
 
 
 def _replace_old_exclude_block(target: Path) -> bool:
@@ -385,116 +411,3 @@ def _replace_old_exclude_block(target: Path) -> bool:
             target.write_text(current.replace(old, EXCLUDE_BLOCK, 1), encoding="utf-8")
             return True
     return False
-
-
-def configure_clone(git_dir: Path) -> bool:
-    """Make a plain git clone of a store check out memories as a mirror does: plain bytes (a memory's
-    ``\\r`` is content, no filter or conversion), exact paths, the editor temporaries left out.
-
-    For ``git-remote-memstore``: the clone is the user's repository, so only these settings are
-    added; its remotes, branches and hooks stay as git made them. Whether anything was written.
-    """
-    with GitStore(git_dir, action=f"opening the clone at {git_dir}") as clone:
-        return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
-
-
-def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
-    """Copy the imported history of the mirror at ``mirror`` into the repository ``git_dir`` (its
-    objects, and ``ref`` there pointing at its tip, forced); the tip, or None before any import.
-
-    git's own fetch does the copying (only what ``git_dir`` lacks), so a clone and its mirror hold
-    the same commits, ids included.
-    """
-    with Mirror.open(mirror) as source:
-        tip = source.tip()
-    if tip is None:
-        return None
-    run_git(
-        git_dir,
-        [
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-auto-gc",
-            "--no-recurse-submodules",
-            str(mirror / ".git"),
-            f"+{MEMSTORE_REF}:{ref}",
-        ],
-        action=f"copying the history of {mirror} into {git_dir}",
-    )
-    return tip
-
-
-def discard_local(mirror: Path) -> None:
-    """Put the mirror at ``mirror`` back where its imported history is: open conflicts closed (each
-    kept under ``refs/memsync/resolved/``), ``main`` and the base at ``memstore/main``, the working
-    tree and the index holding its files.
-
-    A clone's private mirror after a push that did not go through: the clone holds the user's work
-    and merges there, as git users do, so the private mirror keeps no edit or conflict of its own
-    that would refuse every later push.
-    """
-    with Mirror.open(mirror) as repo:
-        for record in open_conflicts(repo).values():
-            end_conflict(repo, record, resolution="discarded: the clone that pushed merges it")
-        tip = repo.ref_target(MEMSTORE_REF)
-        for ref in (MAIN_REF, BASE_REF):
-            current = repo.ref_target(ref)
-            if tip is None and current is not None:
-                repo.delete_ref_if_equals(ref, current)
-            elif tip is not None and current != tip:
-                repo.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
-        if tip is None:
-            _clear_worktree(mirror)
-        else:
-            stage_commit(mirror / ".git", tip, mirror)
-        index = repo.index()
-        with translated("resetting the index"):
-            if tip is None:
-                index.clear()
-            else:
-                index.read_tree(repo.tree(tip))
-            index.write()
-
-
-def _clear_worktree(mirror: Path) -> None:
-    for entry in mirror.iterdir():
-        if entry.name == ".git":
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
-def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
-    """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
-    repository at ``source`` (a clone's git dir), byte for byte: no filter, attribute or line-ending
-    conversion applies. What memsync would push from it is then the commit's change.
-
-    Returns the tree entries that cannot be a memory's file (a symbolic link, a submodule), which are
-    not written. Paths come from git trees, whose names git itself refuses to hold as ``..`` or
-    ``.git``; memsync's scan then judges every name as it judges a user's file.
-    """
-    problems: list[str] = []
-    _clear_worktree(mirror)
-    with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
-        tree = clone.tree(commit)
-        pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
-        while pending:
-            prefix, folder = pending.pop()
-            for item in folder:
-                base = item.name or ""
-                name = f"{prefix}{base}"
-                if base in ("", ".", "..", ".git") or "/" in base:
-                    problems.append(f"{name}: a name git should not hold")
-                elif item.filemode == pygit2.enums.FileMode.TREE:
-                    assert isinstance(item, pygit2.Tree)
-                    (mirror / name).mkdir()
-                    pending.append((f"{name}/", item))
-                elif item.filemode in (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE):
-                    (mirror / name).write_bytes(clone.read_blob(str(item.id)))
-                else:
-                    problems.append(f"{name}: a symbolic link or submodule, not a file")
-    return problems

@@ -46,7 +46,7 @@ from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import blob_at, replace_file
-from memsync.mirror.history import FACTS_FILE, HistoryWriter, PathMap, VersionRecord, apply_trailers
+from memsync.mirror.history import HistoryWriter, PathMap, VersionRecord, apply_trailers
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
 
@@ -62,8 +62,6 @@ PENDING_FILE = "rewrite-pending"
 # The spelling rules a mirror's history was last checked against (respell_history).
 SPELLING_NOTE = "spelling-rules"
 SPELLING_RULES = "2"
-# Caches that name commits of the old history; all are rebuilt from history when missing.
-CACHE_FILES = ("paths.json", "content-index", FACTS_FILE)
 # memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
 RECORDS_PREFIX = "refs/memsync/"
 # Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
@@ -227,7 +225,7 @@ def rewrite_redacted(
                 pending.versions.append(old.trailers.version_id)
             blob = _written_blob(mirror, old)
             if blob is not None:
-                pending.blobs[blob] = hashlib.sha256(mirror.read_blob(blob)).hexdigest()
+                pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
         pending.save(pending_file)
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
@@ -302,15 +300,14 @@ def _carry_and_prune(
     if mapping:
         assert new_tip is not None
         if new_tip != old_tip:
-            mirror.set_ref_if_equals(
+            mirror.git.set_ref_if_equals(
                 mirror.MEMSTORE_REF, new_tip, old_tip, message=f"memsync: history rewritten ({reason})"
             )
-        mirror.delete_ref_if_equals(WORK_REF, new_tip)
+        mirror.git.delete_ref_if_equals(WORK_REF, new_tip)
         crash_point("rewrite.tip_moved")
-    for name in CACHE_FILES:
-        (mirror.state_dir / name).unlink(missing_ok=True)
+    mirror.drop_history_caches()
     # Reflogs expire (but the stash's, already rewritten, stays) and what nothing reaches goes.
-    mirror.drop_unreachable(keep_reflog=STASH_REF)
+    mirror.git.drop_unreachable(keep_reflog=STASH_REF)
     crash_point("rewrite.pruned")
     shared_hashes = _contents_in_history(mirror, history[:start], parent)
     removed: list[str] = []
@@ -319,7 +316,7 @@ def _carry_and_prune(
     kept_blobs = {k.blob for k in kept if k.blob is not None}
     with translated("checking the redacted contents are gone"):
         for blob, sha in sorted(pending.blobs.items()):
-            if not mirror.has_object(blob):
+            if not mirror.git.has_object(blob):
                 removed.append(blob)
             elif sha in shared_hashes:
                 shared.append(blob)
@@ -376,7 +373,7 @@ def _read_history(mirror: Mirror) -> list[_OldCommit]:
                 author_name=commit.author.name,
                 author_email=commit.author.email,
             )
-            for commit in mirror.walk(tip, oldest_first=True)
+            for commit in mirror.git.walk(tip, oldest_first=True)
         ]
 
 
@@ -393,7 +390,7 @@ def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
     if path is None:
         return None
     with translated(f"reading commit {old.id}"):
-        blob = blob_at(mirror.tree(old.id), path)
+        blob = blob_at(mirror.git.tree(old.id), path)
     return str(blob.id) if blob is not None else None
 
 
@@ -441,7 +438,7 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
         or mirror.blob_for_sha256(trailers.content_sha256) is None
     ):
         blob = _written_blob(mirror, old)
-        content = mirror.read_blob(blob) if blob is not None else None
+        content = mirror.git.read_blob(blob) if blob is not None else None
     return VersionRecord(
         version_id=trailers.version_id,
         memory_id=trailers.memory_id,
@@ -471,12 +468,12 @@ def _derive(
     recontent: Mapping[str, bytes | None],
 ) -> tuple[str | None, dict[str, str]]:
     """Write ``rewritten`` again on :data:`WORK_REF`, on their old ``parent``; (new tip, old → new ids)."""
-    current = mirror.ref_target(WORK_REF)
+    current = mirror.git.ref_target(WORK_REF)
     if current is not None:
         # A rewrite killed earlier left its work here; it is derived again from scratch.
-        mirror.delete_ref_if_equals(WORK_REF, current)
+        mirror.git.delete_ref_if_equals(WORK_REF, current)
     if parent is not None:
-        mirror.set_ref_if_equals(WORK_REF, parent, None, message="memsync: rewrite after a redaction")
+        mirror.git.set_ref_if_equals(WORK_REF, parent, None, message="memsync: rewrite after a redaction")
     # The old history's path map, to recover what each commit's summary line was made from.
     known = mirror.path_map_at(parent).copy()
     writer = HistoryWriter(mirror, ref=WORK_REF, keep_ids=True)
@@ -519,16 +516,16 @@ class _Carrier:
         """Carry every ref and the checkout; (refs moved, redacted content kept, warnings)."""
         with translated("reading the redacted contents"):
             self.redacted = {
-                b: self._mirror.read_blob(b) for b in pending.blobs if self._mirror.has_object(b)
+                b: self._mirror.git.read_blob(b) for b in pending.blobs if self._mirror.git.has_object(b)
             }
         moved: list[str] = []
         warnings: list[str] = []
         with translated("moving refs onto the rewritten history"):
             self._carry_checkout()
-            for name, old in sorted(self._mirror.direct_refs().items()):
+            for name, old in sorted(self._mirror.git.direct_refs().items()):
                 if name in (self._mirror.MEMSTORE_REF, WORK_REF, STASH_REF) or name == "HEAD":
                     continue
-                kind = self._mirror.object_type(old)
+                kind = self._mirror.git.object_type(old)
                 if kind != "commit":
                     if kind == "tag":
                         warnings.append(f"{name} is an annotated tag; it was left pointing where it was")
@@ -537,7 +534,7 @@ class _Carrier:
                 if name.startswith(RECORDS_PREFIX) and name != self._mirror.BASE_REF:
                     new = self._scrub(new, name)
                 if new != old:
-                    self._mirror.set_ref_if_equals(
+                    self._mirror.git.set_ref_if_equals(
                         name, new, old, message="memsync: carried over a redaction"
                     )
                     moved.append(name)
@@ -554,7 +551,7 @@ class _Carrier:
             return commit
         if commit in self._mapping or commit in self.replaced:
             return self._mapping.get(commit) or self.replaced[commit]
-        for item in self._mirror.walk(commit, since=self._first_old, oldest_first=True):
+        for item in self._mirror.git.walk(commit, since=self._first_old, oldest_first=True):
             old = str(item.id)
             if old in self._mapping or old in self.replaced:
                 continue
@@ -567,17 +564,17 @@ class _Carrier:
     def _remake(self, commit: pygit2.Commit, old_parent: str, new_parents: list[str], where: str) -> str:
         """``commit`` again on ``new_parents``: its own changes kept, the rest from the new parent."""
         tree = str(commit.tree.id)
-        changes = _tree_changes(self._mirror.tree(old_parent), self._mirror.tree(new_parents[0]))
+        changes = _tree_changes(self._mirror.git.tree(old_parent), self._mirror.git.tree(new_parents[0]))
         if changes:
-            mine = self._mirror.tree_files(tree)
+            mine = self._mirror.git.tree_files(tree)
             edits: list[tuple[str, str | None]] = []
             for path, (before, after) in _removals_first(changes):
                 if mine.get(path) == before:
                     edits.append((path, after))
                 elif path in mine and self._holds_redacted(mine[path]):
                     self._kept.append(KeptContent(where, path, mine[path]))
-            tree = self._mirror.edit_tree(tree, edits)
-        return self._mirror.recommit(str(commit.id), tree, new_parents)
+            tree = self._mirror.git.edit_tree(tree, edits)
+        return self._mirror.git.recommit(str(commit.id), tree, new_parents)
 
     def _scrub(self, commit: str, where: str) -> str:
         """A memsync record (a conflict's sides, say) without the redacted blobs it holds as they are.
@@ -588,21 +585,21 @@ class _Carrier:
         """
         if not self.redacted:
             return commit
-        found = self._mirror.commit(commit)
-        files = self._mirror.tree_files(commit)
+        found = self._mirror.git.commit(commit)
+        files = self._mirror.git.tree_files(commit)
         exact = [path for path, blob in files.items() if blob in self.redacted]
         for path, blob in sorted(files.items()):
             if blob not in self.redacted and self._holds_redacted(blob):
                 self._kept.append(KeptContent(where, path, blob))
         if not exact:
             return commit
-        root = self._mirror.edit_tree(str(found.tree.id), [(path, None) for path in exact])
-        new = self._mirror.recommit(commit, root, [str(p) for p in found.parent_ids])
+        root = self._mirror.git.edit_tree(str(found.tree.id), [(path, None) for path in exact])
+        new = self._mirror.git.recommit(commit, root, [str(p) for p in found.parent_ids])
         self.replaced[commit] = new
         return new
 
     def _holds_redacted(self, blob: str) -> bool:
-        return blob in self.redacted or self._contains_redacted(self._mirror.read_blob(blob))
+        return blob in self.redacted or self._contains_redacted(self._mirror.git.read_blob(blob))
 
     def _contains_redacted(self, data: bytes) -> bool:
         return any(content and content in data for content in self.redacted.values())
@@ -611,15 +608,15 @@ class _Carrier:
 
     def _carry_checkout(self) -> None:
         """Index and working tree of HEAD follow HEAD's commit onto the new history."""
-        head = self._mirror.head()
+        head = self._mirror.git.head()
         if head.target is None:
             return
         new = self._carry(head.target, "HEAD")
         if new != head.target:
-            index = self._mirror.index()
-            changes = _tree_changes(self._mirror.tree(head.target), self._mirror.tree(new))
+            index = self._mirror.git.index()
+            changes = _tree_changes(self._mirror.git.tree(head.target), self._mirror.git.tree(new))
             for path, (before, after) in _removals_first(changes):
-                self._carry_file(self._mirror.workdir, path, before, after)
+                self._carry_file(self._mirror.git.workdir, path, before, after)
                 staged = str(index[path].id) if path in index else None
                 if staged == before:
                     if after is None:
@@ -628,7 +625,7 @@ class _Carrier:
                         index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=after), pygit2.enums.FileMode.BLOB))
             index.write()
             if head.branch is None:
-                self._mirror.detach_head(new)
+                self._mirror.git.detach_head(new)
         self._report_working_tree()
 
     def _carry_file(self, workdir: Path, path: str, before: str | None, after: str | None) -> None:
@@ -647,18 +644,18 @@ class _Carrier:
                     (workdir / folder).rmdir()
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(file, self._mirror.read_blob(after))
+            replace_file(file, self._mirror.git.read_blob(after))
 
     def _report_working_tree(self) -> None:
         """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
         said so (the index's blob is an object of the repository, the file is the user's)."""
         if not self.redacted:
             return
-        workdir = self._mirror.workdir
-        index = self._mirror.index()
+        workdir = self._mirror.git.workdir
+        index = self._mirror.git.index()
         staged_flags = pygit2.enums.FileStatus.INDEX_NEW | pygit2.enums.FileStatus.INDEX_MODIFIED
         changed_flags = pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED
-        for path, flags in sorted(self._mirror.status().items()):
+        for path, flags in sorted(self._mirror.git.status().items()):
             if flags & staged_flags and path in index:
                 staged = str(index[path].id)
                 if self._holds_redacted(staged):
@@ -674,7 +671,7 @@ class _Carrier:
 
     def _carry_stash(self) -> bool:
         """Every stash entry onto the new history; its reflog rewritten line by line (keeps dates)."""
-        old_stash = self._mirror.ref_target(STASH_REF)
+        old_stash = self._mirror.git.ref_target(STASH_REF)
         if old_stash is None:
             return False
         log_file = self._mirror.git_dir / "logs" / STASH_REF
@@ -693,7 +690,7 @@ class _Carrier:
             rewritten.append(line)
         new_stash = self._carry(old_stash, STASH_REF)
         if new_stash != old_stash:
-            self._mirror.set_ref_if_equals(
+            self._mirror.git.set_ref_if_equals(
                 STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
             )
         if rewritten != lines:
@@ -711,7 +708,7 @@ class _Carrier:
 
             def carried(match: re.Match[bytes], name: str = name) -> bytes:
                 commit = match.group(0).decode("ascii")
-                if self._mirror.object_type(commit) != "commit":
+                if self._mirror.git.object_type(commit) != "commit":
                     return match.group(0)
                 return self._carry(commit, name).encode("ascii")
 
@@ -758,7 +755,7 @@ def _contents_in_history(mirror: Mirror, unchanged: list[_OldCommit], parent: st
     if tip is not None:
         with translated("reading the rewritten history"):
             every.extend(
-                parse_message(commit.message, str(commit.id)) for commit in mirror.walk(tip, since=parent)
+                parse_message(commit.message, str(commit.id)) for commit in mirror.git.walk(tip, since=parent)
             )
     return {t.content_sha256 for t in every if _written_path(t) is not None and t.content_sha256 is not None}
 

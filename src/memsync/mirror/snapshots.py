@@ -89,7 +89,7 @@ class BlobHashes:
     def sha256(self, blob: str) -> str:
         found = self._load().get(blob)
         if found is None:
-            found = hashlib.sha256(self._mirror.read_blob(blob)).hexdigest()
+            found = hashlib.sha256(self._mirror.git.read_blob(blob)).hexdigest()
             self.learn(blob, found)
         return found
 
@@ -129,14 +129,14 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
 
 def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
     """``{memory path: blob id}`` of a commit's tree: :meth:`Mirror.files` with cached decoding."""
-    return {decoded(tree_path): blob for tree_path, blob in mirror.tree_files(commit).items()}
+    return {decoded(tree_path): blob for tree_path, blob in mirror.git.tree_files(commit).items()}
 
 
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
     """The imported commit a base stands for: the base itself, or, for a base commit of memsync's
     own, the tip it was made next to (its parent; None if nothing was imported then)."""
     with translated(f"reading the base commit {base}"):
-        commit = mirror.commit(base)
+        commit = mirror.git.commit(base)
         if not _is_base_message(commit.message):
             return base
         return str(commit.parent_ids[0]) if commit.parent_ids else None
@@ -149,16 +149,16 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
     lost), the last commit ``main`` shares with the imported history, so imported commits never
     count as local.
     """
-    commit = mirror.ref_target(mirror.BASE_REF)
+    commit = mirror.git.ref_target(mirror.BASE_REF)
     if commit is None:
-        head, tip = mirror.ref_target(mirror.MAIN_REF), mirror.tip()
+        head, tip = mirror.git.ref_target(mirror.MAIN_REF), mirror.tip()
         if head is not None and tip is not None:
             with translated("finding where main left the imported history"):
-                commit = mirror.merge_base(head, tip)
+                commit = mirror.git.merge_base(head, tip)
     if commit is None:
         return None, {}
     with translated(f"reading the base commit {commit}"):
-        message = mirror.commit(commit).message
+        message = mirror.git.commit(commit).message
     if not _is_base_message(message):
         files = tree_files(mirror, commit)
         kept = _kept_base_ids(mirror, commit)
@@ -185,7 +185,7 @@ def keep_base_ids(mirror: Mirror) -> None:
     the cycle calls this before pulling: a stat when the ids are kept already, one read of the tip's
     cached map when the base moved. ``.git/memsync/base-ids-<commit>.json``, a cache.
     """
-    base = mirror.ref_target(mirror.BASE_REF)
+    base = mirror.git.ref_target(mirror.BASE_REF)
     if base is not None and base == mirror.tip() and not _base_ids_file(mirror, base).exists():
         _save_base_ids(mirror, base, mirror.paths(base))
 
@@ -231,14 +231,14 @@ def write_base(
         _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
     else:
         spelled = spell_all(entries)  # the paths as the working tree spells them
-        tree = mirror.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
+        tree = mirror.git.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
         body = "".join(f"{entries[path].memory_id} {quote_for_message(path)}\n" for path in sorted(entries))
         message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
         stamp = int((when or datetime.now(UTC)).timestamp())
         signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
-        target = mirror.create_commit(tree, [tip] if tip is not None else [], signature, message)
+        target = mirror.git.create_commit(tree, [tip] if tip is not None else [], signature, message)
     if target != expected_old:
-        mirror.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
+        mirror.git.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
     return target
 
 
@@ -268,7 +268,7 @@ def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
     The content index learns it too, so importing the version a push made with it fetches nothing.
     """
     sha = hashlib.sha256(data).hexdigest()
-    blob = mirror.create_blob(data)
+    blob = mirror.git.create_blob(data)
     note_contents(mirror.state_dir / "content-index", {sha: blob})
     hashes.learn(blob, sha)
     return blob

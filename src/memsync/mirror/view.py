@@ -141,7 +141,7 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
     if tip is None:
         return
     with translated(f"walking the history of {mirror.path}"):
-        commits = mirror.walk(tip, since=since, oldest_first=True)
+        commits = mirror.git.walk(tip, since=since, oldest_first=True)
     while True:
         with translated(f"reading the history of {mirror.path}"):
             commit = next(commits, None)

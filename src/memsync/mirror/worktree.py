@@ -120,10 +120,14 @@ def scan_worktree(
         try:
             memory_path = decoded(tree_path)
         except PathEncodingError as exc:
-            if not is_ignored(mirror, tree_path) or tree_path in mirror.index():
+            if not is_ignored(mirror.git, tree_path) or tree_path in mirror.git.index():
                 scan.strays[tree_path] = str(exc)
             continue
-        if memory_path not in known and is_ignored(mirror, tree_path) and tree_path not in mirror.index():
+        if (
+            memory_path not in known
+            and is_ignored(mirror.git, tree_path)
+            and tree_path not in mirror.git.index()
+        ):
             continue
         if (other := scan.files.get(memory_path)) is not None:
             scan.strays[tree_path] = (

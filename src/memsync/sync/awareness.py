@@ -323,7 +323,7 @@ def _rebuild_reason(
         now = tips[store_id]
         if before is None:
             continue
-        if now is None or not mirrors[store_id].is_ancestor(before, now):
+        if now is None or not mirrors[store_id].git.is_ancestor(before, now):
             return f"the history of {store_id} was rewritten (a redaction)"
     return None
 
@@ -375,7 +375,7 @@ def _write(
         last = _key_from(state.get("last_key"))
     namespace = Namespace(active, start_files)
     writer = view.writer(rebuild=not incremental)
-    readers = {sid: mirror.read_blob for sid, mirror in mirrors.items()}
+    readers = {sid: mirror.git.read_blob for sid, mirror in mirrors.items()}
 
     def history(rank: int, store_id: str) -> Iterator[tuple[Key, str, StoreCommit]]:
         if tips[store_id] is None or since[store_id] == tips[store_id]:

@@ -188,7 +188,7 @@ def _push(
             # Before the cheap "anything to do?" test: mid-rebase (or on another branch) git status
             # can be clean while the checkout is not main's at all, and the user should hear why
             # nothing of it is synced.
-            push.blocked = head_problem(mirror)
+            push.blocked = head_problem(mirror.git)
             if push.blocked is not None:
                 report_open_conflicts(mirror, push)
                 return

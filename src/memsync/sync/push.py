@@ -283,8 +283,8 @@ class _Execution:
 
     def _run(self) -> None:
         # What a checkout that stopped part way wrote is memsync's, never an edit to push.
-        undo_interrupted_checkout(self.mirror)
-        self.report.blocked = head_problem(self.mirror)
+        undo_interrupted_checkout(self.mirror.git)
+        self.report.blocked = head_problem(self.mirror.git)
         if self.report.blocked is not None:
             return
         for _ in range(ROUNDS):
@@ -378,7 +378,7 @@ class _Execution:
         entry = snapshot.get(content.path)
         if entry is None or entry.sha256 != content.hash:
             raise MirrorError(f"the plan names {content}, which the {content.side.value} snapshot lacks")
-        return self.mirror.read_blob(entry.blob)
+        return self.mirror.git.read_blob(entry.blob)
 
     def _keep(self, data: bytes) -> None:
         """Store pushed content as a blob, so the new base can name it even if the import fails."""
@@ -656,8 +656,8 @@ def reconcile(
 def needs_reconcile(mirror: Mirror) -> bool:
     """Whether the checkout may differ from the imported tip, or the refs disagree (cheap: git status)."""
     tip = mirror.tip()
-    base = mirror.ref_target(mirror.BASE_REF)
-    main = mirror.ref_target(mirror.MAIN_REF)
+    base = mirror.git.ref_target(mirror.BASE_REF)
+    main = mirror.git.ref_target(mirror.MAIN_REF)
     if tip is None:
         # Nothing imported yet: only files the user created can be there.
         return bool(mirror.local_changes())
@@ -705,7 +705,7 @@ def _predict(
     force: bool,
     max_delete_share: float,
 ) -> None:
-    report.blocked = head_problem(mirror)
+    report.blocked = head_problem(mirror.git)
     if report.blocked is not None:
         return
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
@@ -766,7 +766,7 @@ def _predicted_outcome(
     if isinstance(action, RemoveCheckout):
         return "pull", "remove"
     assert isinstance(action, Merge)
-    ancestor = mirror.read_blob(base[action.base.path].blob)
+    ancestor = mirror.git.read_blob(base[action.base.path].blob)
     mine = read_worktree(mirror, action.local.path, action.local.hash)
     memory = client.get_memory(store.id, action.memory_id)
     assert memory.content is not None

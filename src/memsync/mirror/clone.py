@@ -1,0 +1,133 @@
+"""What a ``git clone memstore::…`` needs of memsync's mirrors (:mod:`memsync.remote`): a clone set
+up as a mirror is where it matters, the private mirror's history copied into it, a pushed commit
+staged in the private mirror's working tree, and the private mirror put back after a push that did
+not go through.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pygit2
+
+from memsync.mirror.conflicts import end_conflict, open_conflicts
+from memsync.mirror.errors import translated
+from memsync.mirror.gitbinary import run_git
+from memsync.mirror.gitstore import GitStore
+from memsync.mirror.ignores import EXCLUDE_BLOCK
+from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
+from memsync.mirror.repository import ATTRIBUTES_BLOCK, PLAIN_CHECKOUT, Mirror
+
+
+def configure_clone(git_dir: Path) -> bool:
+    """Make a plain git clone of a store check out memories as a mirror does: plain bytes (a memory's
+    ``\\r`` is content, no filter or conversion), exact paths, the editor temporaries left out.
+
+    For ``git-remote-memstore``: the clone is the user's repository, so only these settings are
+    added; its remotes, branches and hooks stay as git made them. Whether anything was written.
+    """
+    with GitStore(git_dir, action=f"opening the clone at {git_dir}") as clone:
+        return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+
+
+def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
+    """Copy the imported history of the mirror at ``mirror`` into the repository ``git_dir`` (its
+    objects, and ``ref`` there pointing at its tip, forced); the tip, or None before any import.
+
+    git's own fetch does the copying (only what ``git_dir`` lacks), so a clone and its mirror hold
+    the same commits, ids included.
+    """
+    with Mirror.open(mirror) as source:
+        tip = source.tip()
+    if tip is None:
+        return None
+    run_git(
+        git_dir,
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--no-recurse-submodules",
+            str(mirror / ".git"),
+            f"+{MEMSTORE_REF}:{ref}",
+        ],
+        action=f"copying the history of {mirror} into {git_dir}",
+    )
+    return tip
+
+
+def discard_local(mirror: Path) -> None:
+    """Put the mirror at ``mirror`` back where its imported history is: open conflicts closed (each
+    kept under ``refs/memsync/resolved/``), ``main`` and the base at ``memstore/main``, the working
+    tree and the index holding its files.
+
+    A clone's private mirror after a push that did not go through: the clone holds the user's work
+    and merges there, as git users do, so the private mirror keeps no edit or conflict of its own
+    that would refuse every later push.
+    """
+    with Mirror.open(mirror) as repo:
+        for record in open_conflicts(repo).values():
+            end_conflict(repo, record, resolution="discarded: the clone that pushed merges it")
+        tip = repo.git.ref_target(MEMSTORE_REF)
+        for ref in (MAIN_REF, BASE_REF):
+            current = repo.git.ref_target(ref)
+            if tip is None and current is not None:
+                repo.git.delete_ref_if_equals(ref, current)
+            elif tip is not None and current != tip:
+                repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
+        if tip is None:
+            _clear_worktree(mirror)
+        else:
+            stage_commit(mirror / ".git", tip, mirror)
+        index = repo.git.index()
+        with translated("resetting the index"):
+            if tip is None:
+                index.clear()
+            else:
+                index.read_tree(repo.git.tree(tip))
+            index.write()
+
+
+def _clear_worktree(mirror: Path) -> None:
+    for entry in mirror.iterdir():
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
+    """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
+    repository at ``source`` (a clone's git dir), byte for byte: no filter, attribute or line-ending
+    conversion applies. What memsync would push from it is then the commit's change.
+
+    Returns the tree entries that cannot be a memory's file (a symbolic link, a submodule), which are
+    not written. Paths come from git trees, whose names git itself refuses to hold as ``..`` or
+    ``.git``; memsync's scan then judges every name as it judges a user's file.
+    """
+    problems: list[str] = []
+    _clear_worktree(mirror)
+    with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
+        tree = clone.tree(commit)
+        pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
+        while pending:
+            prefix, folder = pending.pop()
+            for item in folder:
+                base = item.name or ""
+                name = f"{prefix}{base}"
+                if base in ("", ".", "..", ".git") or "/" in base:
+                    problems.append(f"{name}: a name git should not hold")
+                elif item.filemode == pygit2.enums.FileMode.TREE:
+                    assert isinstance(item, pygit2.Tree)
+                    (mirror / name).mkdir()
+                    pending.append((f"{name}/", item))
+                elif item.filemode in (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE):
+                    (mirror / name).write_bytes(clone.read_blob(str(item.id)))
+                else:
+                    problems.append(f"{name}: a symbolic link or submodule, not a file")
+    return problems
