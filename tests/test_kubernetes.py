@@ -31,9 +31,9 @@ from memsync.config import Config, Shard, load_config, parse_config
 from memsync.engine.shards import POD_INDEX_ENV, SHARD_ENV, SHARDS_ENV, owner, statefulset_shard
 from memsync.errors import ConfigError
 from memsync.rules import Dialect
-from tests.daemon.conftest import wait_for
 from tests.daemon.test_cli import TOKEN_ENV, DaemonProcess
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRIB = ROOT / "contrib"

@@ -12,7 +12,7 @@ import pytest
 from memsync.config import parse_config
 from memsync.daemon._daemon import Daemon
 from tests.awareness.conftest import Pair, git
-from tests.daemon.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

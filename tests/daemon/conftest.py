@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -14,8 +12,6 @@ from memsync.api import Client, Store, open_client
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
 from tests.support.server import ServerProcess
-
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -38,15 +34,3 @@ def mirrored(client: Client, tmp_path: Path) -> Callable[..., tuple[Store, Path]
         return store, root / store.id
 
     return make
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float = 15.0, what: str = "the condition") -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)

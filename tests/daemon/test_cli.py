@@ -22,8 +22,8 @@ import pytest
 from memsync.api import Client, Store
 from memsync.daemon import read_state
 from memsync.sync.pull import store_lock
-from tests.daemon.conftest import wait_for
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 TOKEN_ENV = "MEMSYNC_DAEMON_TEST_TOKEN"
 DEFAULT_LOG = 'level = "info"'

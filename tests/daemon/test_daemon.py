@@ -24,8 +24,8 @@ from memsync.rules import Dialect
 from memsync.sync.pull import store_lock
 from memsync.sync.resolve import find_target, resolve_conflict
 from memsync.sync.stores import Selection
-from tests.daemon.conftest import wait_for
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 
 def _store(name: str) -> Store:

@@ -19,8 +19,8 @@ import pytest
 from memsync.api import Client
 from memsync.daemon._watcher import CheckoutWatcher, checkout_folders
 from memsync.sync.pull import pull_store
-from tests.daemon.conftest import wait_for
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 TOKEN_ENV = "MEMSYNC_DAEMON_FLEET_TOKEN"
 

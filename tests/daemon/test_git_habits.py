@@ -16,10 +16,10 @@ from memsync.api import Client, Store
 from memsync.daemon import read_state
 from memsync.daemon._watcher import CheckoutWatcher
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK
-from tests.daemon.conftest import wait_for
 from tests.daemon.test_cli import DaemonProcess, run, write_config
 from tests.daemon.test_watcher import MAX_WAIT, QUIET, Recorder
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 
 def git(repo: Path, *args: str, **env: str) -> str:

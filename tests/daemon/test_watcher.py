@@ -20,7 +20,7 @@ from memsync.api import Client, Store
 from memsync.daemon._watcher import Backend, CheckoutWatcher
 from memsync.sync.cycle import run_cycle
 from memsync.sync.pull import pull_store
-from tests.daemon.conftest import wait_for
+from tests.support.waiting import wait_for
 
 QUIET = 0.1
 MAX_WAIT = 2.0

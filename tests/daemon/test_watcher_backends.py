@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from memsync.api import Client
-from tests.daemon.conftest import wait_for
 from tests.daemon.test_fleet import Running, all_idle, daemons, make_stores, start
 from tests.support.ports import free_port
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_for
 
 __all__ = ["daemons"]  # the fixture, shared with test_fleet
 

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -140,6 +141,11 @@ class RemoteHelper:
             git(self.git_dir, "config", "pull.rebase", "true")
         client = self.client()
         self._pulled = None
+        if self.mirror.joinpath(".git").is_dir() and not self.mirror.joinpath(".git", "HEAD").exists():
+            # Not a repository: what a killed import's git fast-import wrote on its way out (it ends
+            # its pack at end of input). The private mirror is the store's copy: made again.
+            self._say("warning: the private mirror was left incomplete by a killed run; importing again")
+            shutil.rmtree(self.mirror)
         full_scan = self._full_scan_due()
         store = self._store(refresh=full_scan)
         report = pull_store(client, store, self.root, skip_versions=self._skip(), full_scan=full_scan)
