@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from memsync.api import ApiError, Client, open_client
-from memsync.mirror import Mirror, decode_path, locate, open_conflicts
+from memsync.mirror import Mirror, decode_path, locate
 from memsync.rules import Dialect
 from memsync.sync.cycle import CycleReport
 from memsync.sync.resolve import OURS, THEIRS, Target, resolve_conflict
@@ -256,7 +256,7 @@ class PushMachine(RuleBasedStateMachine):
     @rule(data=st.data(), choice=st.sampled_from([OURS, THEIRS, "hand"]))
     def resolve(self, data: st.DataObject, choice: str) -> None:
         with Mirror.open(self.side.repo) as mirror:
-            records = open_conflicts(mirror)
+            records = mirror.conflicts.open()
             path = data.draw(st.sampled_from(sorted(records)))
             # Where the file is, or would be: spelt with %_ beside a folder of the same name.
             tree_path = locate(mirror, path) or (path + "%_" if (self.side.repo / path).is_dir() else path)

@@ -22,12 +22,8 @@ from memsync.mirror import (
     WorktreeChanged,
     apply_checkout,
     commit_snapshot,
-    conflict_side,
-    end_conflict,
     keep_base_ids,
-    open_conflicts,
     read_base,
-    record_conflict,
     reset_main,
     scan_worktree,
     whole_file_markers,
@@ -192,23 +188,21 @@ def test_merges() -> None:
 
 def test_conflict_records_keep_every_side_and_every_resolution(mirror: Mirror) -> None:
     markers = b"<<<<<<< local\nL\n=======\nR\n>>>>>>> remote\n"
-    first = record_conflict(
-        mirror, "notes/b.md", base=b"b\n", local=b"L\n", remote=b"R\n", markers=markers,
+    first = mirror.conflicts.record("notes/b.md", base=b"b\n", local=b"L\n", remote=b"R\n", markers=markers,
         remote_memory_id="mem_b", reason="both changed it",
     )  # fmt: skip
     assert first.ref == "refs/memsync/conflicts/notes%2Fb%2Emd"
-    assert open_conflicts(mirror) == {"notes/b.md": first}
+    assert mirror.conflicts.open() == {"notes/b.md": first}
     assert first.local_sha256 == sha(b"L\n") and first.base_sha256 == sha(b"b\n")
-    assert conflict_side(mirror, first, "remote") == b"R\n"
+    assert mirror.conflicts.side(first, "remote") == b"R\n"
     assert git(mirror.path, "show", f"{first.ref}:local") == "L\n"
-    resolved = end_conflict(mirror, first, resolution="ours", replaced=b"hand edit\n")
-    assert open_conflicts(mirror) == {}
-    second = record_conflict(
-        mirror, "notes/b.md", base=None, local=b"L2\n", remote=b"R2\n", markers=b"m\n",
+    resolved = mirror.conflicts.end(first, resolution="ours", replaced=b"hand edit\n")
+    assert mirror.conflicts.open() == {}
+    second = mirror.conflicts.record("notes/b.md", base=None, local=b"L2\n", remote=b"R2\n", markers=b"m\n",
         remote_memory_id="mem_b", reason="created on both sides",
     )  # fmt: skip
-    assert second.base_sha256 is None and conflict_side(mirror, second, "base") is None
-    assert end_conflict(mirror, second, resolution="theirs") == resolved
+    assert second.base_sha256 is None and mirror.conflicts.side(second, "base") is None
+    assert mirror.conflicts.end(second, resolution="theirs") == resolved
     # Every resolution of the path is still reachable from the one ref.
     assert git(mirror.path, "show", f"{resolved}:previous/replaced") == "hand edit\n"
     assert git(mirror.path, "show", f"{resolved}:previous/local") == "L\n"

@@ -23,12 +23,10 @@ from memsync.errors import MemsyncError
 from memsync.mirror import (
     Mirror,
     blob_id,
-    conflict_blob,
     encode_path,
     encode_paths,
     is_ignored,
     locate,
-    open_conflicts,
 )
 
 log = logging.getLogger("memsync.daemon.watch")
@@ -157,8 +155,8 @@ class CheckoutBaseline:
         mirror = self._mirror
         try:
             markers = {}
-            for memory_path, record in open_conflicts(mirror).items():
-                blob = conflict_blob(mirror, record, "markers")
+            for memory_path, record in mirror.conflicts.open().items():
+                blob = mirror.conflicts.blob(record, "markers")
                 if blob is not None:
                     markers[locate(mirror, memory_path) or encode_path(memory_path)] = blob
             return markers

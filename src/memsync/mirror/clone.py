@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pygit2
 
-from memsync.mirror.conflicts import end_conflict, open_conflicts
 from memsync.mirror.errors import translated
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.gitstore import GitStore
@@ -69,8 +68,8 @@ def discard_local(mirror: Path) -> None:
     that would refuse every later push.
     """
     with Mirror.open(mirror) as repo:
-        for record in open_conflicts(repo).values():
-            end_conflict(repo, record, resolution="discarded: the clone that pushed merges it")
+        for record in repo.conflicts.open().values():
+            repo.conflicts.end(record, resolution="discarded: the clone that pushed merges it")
         tip = repo.git.ref_target(MEMSTORE_REF)
         for ref in (MAIN_REF, BASE_REF):
             current = repo.git.ref_target(ref)

@@ -41,7 +41,6 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pygit2
 
@@ -49,9 +48,6 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.paths import quote_for_message, unquote_from_message
-
-if TYPE_CHECKING:
-    from memsync.mirror.repository import Mirror
 
 CONFLICTS_PREFIX = "refs/memsync/conflicts/"
 RESOLVED_PREFIX = "refs/memsync/resolved/"
@@ -157,131 +153,134 @@ def ref_name(memory_path: str, prefix: str = CONFLICTS_PREFIX) -> str:
     return prefix + name
 
 
-def record_conflict(
-    mirror: Mirror,
-    memory_path: str,
-    *,
-    base: bytes | None,
-    local: bytes,
-    remote: bytes,
-    markers: bytes,
-    remote_memory_id: str,
-    reason: str,
-    when: datetime | None = None,
-) -> ConflictRecord:
-    """Write the conflict's commit and point its ref at it (the ref must not exist)."""
-    moment = (when or datetime.now(UTC)).astimezone(UTC)
-    sides = {"base": base, "local": local, "remote": remote, "markers": markers}
-    tree = mirror.git.write_flat_tree({name: data for name, data in sides.items() if data is not None})
-    trailers = {
-        "Memsync-Conflict": "1",
-        "Conflict-Path": quote_for_message(memory_path),
-        "Reason": " ".join(reason.split()),
-        "Remote-Memory-Id": remote_memory_id,
-        "Remote-SHA256": _sha(remote),
-        "Local-SHA256": _sha(local),
-        **({"Base-SHA256": _sha(base)} if base is not None else {}),
-        "Markers-SHA256": _sha(markers),
-    }
-    message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
-        f"{key}: {value}\n" for key, value in trailers.items()
-    )
-    signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-    commit = mirror.git.create_commit(tree, [], signature, message)
-    ref = ref_name(memory_path)
-    mirror.git.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
-    return _parse(mirror, ref, commit)
+class Conflicts:
+    """The conflicts recorded in one mirror's repository (``mirror.conflicts``): open, record, read
+    a side of, and end them."""
 
+    def __init__(self, git: GitStore) -> None:
+        self._git = git
 
-def open_conflicts(mirror: Mirror) -> dict[str, ConflictRecord]:
-    """The recorded conflicts by memory path."""
-    targets = {ref: mirror.git.ref_target(ref) for ref in mirror.git.refs(CONFLICTS_PREFIX)}
-    records = [_parse(mirror, ref, commit) for ref, commit in targets.items() if commit is not None]
-    return {record.memory_path: record for record in records}
+    def open(self) -> dict[str, ConflictRecord]:
+        """The recorded conflicts by memory path."""
+        targets = {ref: self._git.ref_target(ref) for ref in self._git.refs(CONFLICTS_PREFIX)}
+        records = [self._parse(ref, commit) for ref, commit in targets.items() if commit is not None]
+        return {record.memory_path: record for record in records}
 
+    def record(
+        self,
+        memory_path: str,
+        *,
+        base: bytes | None,
+        local: bytes,
+        remote: bytes,
+        markers: bytes,
+        remote_memory_id: str,
+        reason: str,
+        when: datetime | None = None,
+    ) -> ConflictRecord:
+        """Write the conflict's commit and point its ref at it (the ref must not exist)."""
+        moment = (when or datetime.now(UTC)).astimezone(UTC)
+        sides = {"base": base, "local": local, "remote": remote, "markers": markers}
+        tree = self._git.write_flat_tree({name: data for name, data in sides.items() if data is not None})
+        trailers = {
+            "Memsync-Conflict": "1",
+            "Conflict-Path": quote_for_message(memory_path),
+            "Reason": " ".join(reason.split()),
+            "Remote-Memory-Id": remote_memory_id,
+            "Remote-SHA256": _sha(remote),
+            "Local-SHA256": _sha(local),
+            **({"Base-SHA256": _sha(base)} if base is not None else {}),
+            "Markers-SHA256": _sha(markers),
+        }
+        message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
+            f"{key}: {value}\n" for key, value in trailers.items()
+        )
+        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+        commit = self._git.create_commit(tree, [], signature, message)
+        ref = ref_name(memory_path)
+        self._git.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
+        return self._parse(ref, commit)
 
-def conflict_side(mirror: Mirror, record: ConflictRecord, side: str) -> bytes | None:
-    """One side's bytes (``base``, ``local``, ``remote`` or ``markers``); None for an absent base."""
-    blob = conflict_blob(mirror, record, side)
-    return None if blob is None else mirror.git.read_blob(blob)
+    def side(self, record: ConflictRecord, side: str) -> bytes | None:
+        """One side's bytes (``base``, ``local``, ``remote`` or ``markers``); None for an absent base."""
+        blob = self.blob(record, side)
+        return None if blob is None else self._git.read_blob(blob)
 
+    def blob(self, record: ConflictRecord, side: str) -> str | None:
+        """The blob id of one side (see :meth:`side`)."""
+        if side not in SIDES:
+            raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
+        with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
+            tree = self._git.tree(record.commit)
+            if side not in tree:
+                return None
+            blob = tree[side]
+        if not isinstance(blob, pygit2.Blob):
+            raise MirrorError(f"{record.ref} is damaged: {side} is not a file")
+        return str(blob.id)
 
-def conflict_blob(mirror: Mirror, record: ConflictRecord, side: str) -> str | None:
-    """The blob id of one side (see :func:`conflict_side`)."""
-    if side not in SIDES:
-        raise ValueError(f"no side {side!r}; one of {', '.join(SIDES)}")
-    with translated(f"reading the {side} side of the conflict at {record.memory_path}"):
-        tree = mirror.git.tree(record.commit)
-        if side not in tree:
-            return None
-        blob = tree[side]
-    if not isinstance(blob, pygit2.Blob):
-        raise MirrorError(f"{record.ref} is damaged: {side} is not a file")
-    return str(blob.id)
+    def end(
+        self,
+        record: ConflictRecord,
+        *,
+        resolution: str,
+        replaced: bytes | None = None,
+        when: datetime | None = None,
+    ) -> str:
+        """Close the conflict; the ref that keeps it (``refs/memsync/resolved/<name>``) is returned.
 
+        That ref gets a new commit (no parents: a record, not history) whose tree is the conflict's,
+        plus ``replaced`` — what the file held when the resolution overwrote it (edits made after
+        the conflict was recorded), so choosing ``--ours`` or ``--theirs`` never loses them — plus
+        ``previous/``, the tree of the path's previous resolution, so every resolution stays
+        reachable.
+        """
+        resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
+        previous = self._git.ref_target(resolved)
+        moment = (when or datetime.now(UTC)).astimezone(UTC)
+        tree = self._git.write_flat_tree(
+            {"replaced": replaced} if replaced is not None else {},
+            trees={"previous": previous} if previous is not None else None,
+            base=record.commit,
+        )
+        message = (
+            f"resolved {quote_for_message(record.memory_path)}\n\n"
+            f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
+            f"Resolution: {resolution}\n"
+        )
+        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+        commit = self._git.create_commit(tree, [], signature, message)
+        self._git.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
+        self._git.delete_ref_if_equals(record.ref, record.commit)
+        return resolved
 
-def end_conflict(
-    mirror: Mirror,
-    record: ConflictRecord,
-    *,
-    resolution: str,
-    replaced: bytes | None = None,
-    when: datetime | None = None,
-) -> str:
-    """Close the conflict; the ref that keeps it (``refs/memsync/resolved/<name>``) is returned.
-
-    That ref gets a new commit (no parents: a record, not history) whose tree is the conflict's, plus
-    ``replaced`` — what the file held when the resolution overwrote it (edits made after the conflict
-    was recorded), so choosing ``--ours`` or ``--theirs`` never loses them — plus ``previous/``, the
-    tree of the path's previous resolution, so every resolution stays reachable.
-    """
-    resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
-    previous = mirror.git.ref_target(resolved)
-    moment = (when or datetime.now(UTC)).astimezone(UTC)
-    tree = mirror.git.write_flat_tree(
-        {"replaced": replaced} if replaced is not None else {},
-        trees={"previous": previous} if previous is not None else None,
-        base=record.commit,
-    )
-    message = (
-        f"resolved {quote_for_message(record.memory_path)}\n\n"
-        f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
-        f"Resolution: {resolution}\n"
-    )
-    signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-    commit = mirror.git.create_commit(tree, [], signature, message)
-    mirror.git.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
-    mirror.git.delete_ref_if_equals(record.ref, record.commit)
-    return resolved
+    def _parse(self, ref: str, commit: str) -> ConflictRecord:
+        with translated(f"reading {ref}"):
+            found = self._git.commit(commit)
+            message, when = found.message, found.commit_time
+        lines = message.rstrip("\n").split("\n\n")[-1].split("\n")
+        fields = dict(line.split(": ", 1) for line in lines if ": " in line)
+        try:
+            if fields.get("Memsync-Conflict") != "1":
+                raise ValueError("not a conflict record")
+            return ConflictRecord(
+                memory_path=unquote_from_message(fields["Conflict-Path"]),
+                ref=ref,
+                commit=commit,
+                reason=fields.get("Reason", ""),
+                remote_memory_id=fields["Remote-Memory-Id"],
+                remote_sha256=fields["Remote-SHA256"],
+                local_sha256=fields["Local-SHA256"],
+                base_sha256=fields.get("Base-SHA256"),
+                markers_sha256=fields["Markers-SHA256"],
+                recorded_at=datetime.fromtimestamp(when, UTC),
+            )
+        except (KeyError, ValueError) as exc:
+            raise MirrorError(
+                f"{ref} is not a conflict record memsync can read ({exc}); if you made it, delete it:"
+                f" git update-ref -d {ref}"
+            ) from None
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _parse(mirror: Mirror, ref: str, commit: str) -> ConflictRecord:
-    with translated(f"reading {ref}"):
-        found = mirror.git.commit(commit)
-        message, when = found.message, found.commit_time
-    lines = message.rstrip("\n").split("\n\n")[-1].split("\n")
-    fields = dict(line.split(": ", 1) for line in lines if ": " in line)
-    try:
-        if fields.get("Memsync-Conflict") != "1":
-            raise ValueError("not a conflict record")
-        return ConflictRecord(
-            memory_path=unquote_from_message(fields["Conflict-Path"]),
-            ref=ref,
-            commit=commit,
-            reason=fields.get("Reason", ""),
-            remote_memory_id=fields["Remote-Memory-Id"],
-            remote_sha256=fields["Remote-SHA256"],
-            local_sha256=fields["Local-SHA256"],
-            base_sha256=fields.get("Base-SHA256"),
-            markers_sha256=fields["Markers-SHA256"],
-            recorded_at=datetime.fromtimestamp(when, UTC),
-        )
-    except (KeyError, ValueError) as exc:
-        raise MirrorError(
-            f"{ref} is not a conflict record memsync can read ({exc}); if you made it, delete it:"
-            f" git update-ref -d {ref}"
-        ) from None

@@ -29,6 +29,7 @@ from typing import Any
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
+from memsync.mirror.conflicts import Conflicts
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
 from memsync.mirror.gitbinary import require_git
@@ -141,6 +142,7 @@ class Mirror:
         self.state_dir = self.git.state_dir
         self._content = ContentIndex(self.git, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
+        self.conflicts = Conflicts(self.git)
 
     def __enter__(self) -> Mirror:
         return self

@@ -76,10 +76,8 @@ from memsync.mirror import (
     head_problem,
     locate,
     main_rewind,
-    open_conflicts,
     read_base,
     read_worktree,
-    record_conflict,
     reset_main,
     scan_worktree,
     store_blob,
@@ -315,7 +313,7 @@ class _Execution:
                 known=set(base) | set(remote),
                 trust_cache=self.report.attempts == 1,
             )
-            records = open_conflicts(self.mirror)
+            records = self.mirror.conflicts.open()
             current = plan(
                 snapshot_entries(base),
                 local_entries(scan),
@@ -517,8 +515,7 @@ class _Execution:
         reason: str,
         expected_local: str | None,
     ) -> CheckoutChange:
-        record_conflict(
-            self.mirror,
+        self.mirror.conflicts.record(
             memory_path,
             base=ancestor,
             local=mine,
@@ -603,7 +600,7 @@ class _Execution:
         # What waits for the user is the state after the last round, not a sum over rounds.
         self.report.rejected, self.report.withheld, self.report.conflicts = [], [], []
         report_notices(self.mirror, self.report, current, scan)
-        _report_conflicts(self.mirror, self.report, open_conflicts(self.mirror), self.recorded)
+        _report_conflicts(self.mirror, self.report, self.mirror.conflicts.open(), self.recorded)
         settled = current.held | set(self.conflicted)
         return any(
             entries.get(path) != tip_snapshot.get(path)
@@ -666,7 +663,7 @@ def needs_reconcile(mirror: Mirror) -> bool:
 
 def report_open_conflicts(mirror: Mirror, report: PushReport) -> None:
     """The conflicts still open, for a run that did not need to reconcile."""
-    _report_conflicts(mirror, report, open_conflicts(mirror), ())
+    _report_conflicts(mirror, report, mirror.conflicts.open(), ())
 
 
 # --- dry run -------------------------------------------------------------------------------------
@@ -712,7 +709,7 @@ def _predict(
     base_ref, base = read_base(mirror, hashes)
     remote = {m.path: Entry(m.content_sha256, m.id) for m in client.list_memories(store.id)}
     scan = scan_worktree(mirror, client.dialect, known=set(base) | set(remote), save_cache=False)
-    records = open_conflicts(mirror)
+    records = mirror.conflicts.open()
     current = plan(
         snapshot_entries(base),
         local_entries(scan),

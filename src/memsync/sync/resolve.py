@@ -30,14 +30,10 @@ from memsync.mirror import (
     SnapshotEntry,
     apply_checkout,
     commit_snapshot,
-    conflict_blob,
-    conflict_side,
     current_sha256,
     decode_path,
-    end_conflict,
     escape_for_terminal,
     locate,
-    open_conflicts,
     read_base,
     read_worktree,
     wait_for_index_lock,
@@ -108,7 +104,7 @@ def find_target(path: str, *, cwd: Path, root: Path, store: str | None = None) -
         except UserError:
             continue
         with Mirror.open(mirror) as opened:
-            if target.memory_path in open_conflicts(opened):
+            if target.memory_path in opened.conflicts.open():
                 found.append(target)
     if not found:
         raise UserError(
@@ -148,7 +144,7 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
     """End the conflict at ``target``: write the chosen side (or take the edited file), move the base."""
     mirror_path = target.mirror
     with store_lock(mirror_path.parent, mirror_path.name), Mirror.open(mirror_path) as mirror:
-        record = open_conflicts(mirror).get(target.memory_path)
+        record = mirror.conflicts.open().get(target.memory_path)
         if record is None:
             raise UserError(
                 f"there is no conflict at {escape_for_terminal(target.tree_path)} in {mirror_path};"
@@ -157,7 +153,7 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
         wait_for_index_lock(mirror)
         outcome, replaced = _apply(mirror, record, choice, dialect)
         _base_from_conflict(mirror, record)
-        resolved = end_conflict(mirror, record, resolution=outcome, replaced=replaced)
+        resolved = mirror.conflicts.end(record, resolution=outcome, replaced=replaced)
     where = locate_or(mirror_path, target)
     return Resolution(mirror_path.name, where, outcome, resolved)
 
@@ -178,7 +174,7 @@ def _apply(
             f"{escape_for_terminal(path)} is not a regular file in the checkout; replace it with a file first"
         )
     if choice in (OURS, THEIRS):
-        data = conflict_side(mirror, record, "local" if choice == OURS else "remote")
+        data = mirror.conflicts.side(record, "local" if choice == OURS else "remote")
         assert data is not None
         _check(path, data, dialect)
         # Edits made to the file since the conflict was recorded are kept in the resolved record.
@@ -217,7 +213,7 @@ def _base_from_conflict(mirror: Mirror, record: ConflictRecord) -> None:
     """
     hashes = BlobHashes(mirror)
     base_ref, base = read_base(mirror, hashes)
-    remote_blob = conflict_blob(mirror, record, "remote")
+    remote_blob = mirror.conflicts.blob(record, "remote")
     assert remote_blob is not None
     wanted = SnapshotEntry(remote_blob, record.remote_sha256, record.remote_memory_id)
     if base.get(record.memory_path) == wanted:

@@ -23,7 +23,6 @@ from memsync.mirror import (
     commit_snapshot,
     head_problem,
     history_facts,
-    open_conflicts,
     pushed_refs,
     read_base,
     scan_worktree,
@@ -154,7 +153,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
     base_ref, base = read_base(mirror, hashes)
     remote = commit_snapshot(mirror, report.tip, hashes)
     scan = scan_worktree(mirror, dialect, known=set(base) | set(remote), save_cache=False)
-    records = open_conflicts(mirror)
+    records = mirror.conflicts.open()
     current = plan(
         snapshot_entries(base),
         local_entries(scan),
@@ -184,7 +183,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
 def _report_conflicts(
     mirror: Mirror, report: StatusReport, records: Mapping[str, ConflictRecord] | None = None
 ) -> None:
-    for memory_path, record in sorted((open_conflicts(mirror) if records is None else records).items()):
+    for memory_path, record in sorted((mirror.conflicts.open() if records is None else records).items()):
         report.conflicts.append(
             {
                 "path": working_tree_path(mirror, memory_path),
@@ -203,4 +202,4 @@ def conflict_paths(checkout: Path) -> list[str]:
     conflict from another process, sometimes without changing a file the watcher would see.
     """
     with Mirror.open(checkout) as mirror:
-        return sorted(working_tree_path(mirror, path) for path in open_conflicts(mirror))
+        return sorted(working_tree_path(mirror, path) for path in mirror.conflicts.open())
