@@ -325,14 +325,20 @@ def test_a_full_scan_falls_due_by_memstore_full_scan_interval(remote: Remote) ->
     assert full[0] > incremental[0] and full[1] == incremental[1] == remote.head(clone)
 
 
+def _behind_a_name(server: ServerProcess, client: Client, folder: Path, content: str) -> tuple[Remote, str]:
+    """A Forward store holding ``a.md``, and its URL under a host name only the test proxy knows
+    (the environment's proxy settings dropped, so git's own settings alone route the helper)."""
+    remote = Remote(server, client, Dialect.FORWARD, folder)
+    client.create_memory(remote.store.id, "a.md", content)
+    for variable in PROXY_ENV:
+        remote.env.pop(variable, None)
+    return remote, f"memstore::{_named(server)}/api/v1/forward/memory_stores/{remote.store.id}"
+
+
 def test_git_http_proxy_carries_the_helpers_requests(server: ServerProcess, tmp_path: Path) -> None:
     """The store under a host name only the proxy knows: a clone works through ``http.proxy`` alone."""
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
-        client.create_memory(remote.store.id, "a.md", "through the proxy\n")
-        for variable in PROXY_ENV:
-            remote.env.pop(variable, None)
-        named = f"memstore::{_named(server)}/api/v1/forward/memory_stores/{remote.store.id}"
+        remote, named = _behind_a_name(server, client, tmp_path, "through the proxy\n")
         refused = remote.git("clone", "-c", "memstore.allowPlainHttp=true", named, "direct", check=False)
         assert refused.returncode != 0 and "cannot reach" in refused.stderr
         with _serving(server) as proxy:
@@ -500,11 +506,7 @@ def test_a_push_refused_half_way_says_what_it_wrote_and_a_pull_brings_it(
     push fails naming what it wrote, origin/main stays a commit of the store's history (never the
     pushed one), and once writes are allowed again a pull and a push send the rest."""
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
-        client.create_memory(remote.store.id, "a.md", "alpha\n")
-        for variable in PROXY_ENV:
-            remote.env.pop(variable, None)
-        named = f"memstore::{_named(server)}/api/v1/forward/memory_stores/{remote.store.id}"
+        remote, named = _behind_a_name(server, client, tmp_path, "alpha\n")
         with _serving(server) as proxy:
             settings = ["-c", f"http.proxy=http://127.0.0.1:{proxy.server_address[1]}"]
             settings += ["-c", "memstore.allowPlainHttp=true"]
