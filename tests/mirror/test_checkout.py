@@ -53,7 +53,7 @@ def test_a_clean_checkout_is_fast_forwarded_to_the_tip(new_mirror: NewMirror) ->
         "%2Egitignore": b"*\n",
         "notes%_": b"file beside a directory\n",
     }
-    assert mirror.git.ref_target(mirror.MAIN_REF) == tip == mirror.git.ref_target(mirror.BASE_REF)
+    assert mirror.main() == tip == mirror.base()
     # No staged reverse change (the trap of moving the branch before checking out).
     assert porcelain(mirror) == ""
     assert "up to date with 'memstore/main'" in git(mirror.path, "status")
@@ -77,7 +77,7 @@ def test_remote_changes_arrive_and_leave(new_mirror: NewMirror) -> None:
     assert mirror.update_checkout().updated
     assert on_disk(mirror.path) == {"b%_": b"b2\n", "b/c": b"c\n"}
     assert not (mirror.path / "deep").exists()  # emptied directories go too
-    assert mirror.git.ref_target(mirror.BASE_REF) == tip
+    assert mirror.base() == tip
     assert porcelain(mirror) == ""
 
 
@@ -178,7 +178,7 @@ def test_a_local_edit_is_never_overwritten(new_mirror: NewMirror) -> None:
     assert result.local_changes == ("a.md", "new.md")
     assert (mirror.path / "a.md").read_bytes() == b"my edit\n"
     assert (mirror.path / "b.md").read_bytes() == b"b\n"  # nothing moves while anything is local
-    assert mirror.git.ref_target(mirror.MAIN_REF) == first == mirror.git.ref_target(mirror.BASE_REF)
+    assert mirror.main() == first == mirror.base()
 
 
 def test_local_commits_count_as_local_changes(new_mirror: NewMirror) -> None:
@@ -191,7 +191,7 @@ def test_local_commits_count_as_local_changes(new_mirror: NewMirror) -> None:
     imported(mirror, record(2, "mem_b", "created", "b.md", b"b\n"))
     result = mirror.update_checkout()
     assert (result.updated, result.local_changes) == (False, ("a.md",))
-    assert mirror.git.ref_target(mirror.BASE_REF) == base
+    assert mirror.base() == base
     assert "have diverged" in git(mirror.path, "status")
 
 
@@ -200,11 +200,11 @@ def test_a_main_that_cannot_fast_forward_is_reported_as_diverged(new_mirror: New
     imported(mirror, record(1, "mem_a", "created", "a.md", b"a\n"))
     mirror.update_checkout()
     git(mirror.path, "commit", "-q", "--allow-empty", "-m", "an empty commit changes nothing")
-    mine = mirror.git.ref_target(mirror.MAIN_REF)
+    mine = mirror.main()
     imported(mirror, record(2, "mem_a", "updated", "a.md", b"a2\n"))
     result = mirror.update_checkout()
     assert (result.updated, result.diverged, result.local_changes) == (False, True, ())
-    assert mirror.git.ref_target(mirror.MAIN_REF) == mine
+    assert mirror.main() == mine
 
 
 def test_an_ignored_file_in_the_way_is_not_overwritten(new_mirror: NewMirror) -> None:
@@ -218,7 +218,7 @@ def test_an_ignored_file_in_the_way_is_not_overwritten(new_mirror: NewMirror) ->
     assert (mirror.path / "x.swp").read_bytes() == b"the user's swap file\n"
     (mirror.path / "x.swp").unlink()
     assert mirror.update_checkout().updated
-    assert mirror.git.ref_target(mirror.MAIN_REF) == tip
+    assert mirror.main() == tip
     assert (mirror.path / "x.swp").read_bytes() == b"a memory that looks like a swap file\n"
 
 
@@ -244,7 +244,7 @@ def test_a_lost_base_ref_is_recovered_from_where_main_left_the_history(new_mirro
     tip = imported(mirror, record(2, "mem_b", "created", "b.md", b"b\n"))
     assert mirror.local_changes() == ()
     assert mirror.update_checkout().updated
-    assert mirror.git.ref_target(mirror.BASE_REF) == tip
+    assert mirror.base() == tip
     git(mirror.path, "update-ref", "-d", mirror.BASE_REF)
     (mirror.path / "a.md").write_bytes(b"edit\n")
     git(mirror.path, "commit", "-qam", "local")
@@ -260,7 +260,7 @@ def test_nothing_moves_while_head_is_off_main(new_mirror: NewMirror) -> None:
     result = mirror.update_checkout()
     assert result.updated is False and result.reason is not None and "`git switch main`" in result.reason
     assert (mirror.path / "a.md").read_bytes() == b"a\n"
-    assert mirror.git.ref_target(mirror.MAIN_REF) == first
+    assert mirror.main() == first
     git(mirror.path, "checkout", "-q", "main")
     assert mirror.update_checkout().updated
 

@@ -393,7 +393,7 @@ def test_the_ref_moves_only_by_compare_and_swap(new_mirror: NewMirror) -> None:
     with pytest.raises(RefMoved):
         mirror.git.set_ref_if_equals(mirror.BASE_REF, first, None)
     mirror.git.delete_ref_if_equals(mirror.BASE_REF, first)
-    assert mirror.git.ref_target(mirror.BASE_REF) is None
+    assert mirror.base() is None
 
 
 def test_packs_stay_few_however_many_batches(new_mirror: NewMirror) -> None:

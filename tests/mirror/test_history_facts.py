@@ -20,7 +20,6 @@ from memsync.mirror import (
     Mirror,
     RedactedCommit,
     VersionRecord,
-    history_facts,
     inferred_version_id,
     rewrite_redacted,
 )
@@ -166,7 +165,7 @@ def test_the_facts_the_writer_keeps_equal_a_walk_of_the_history(tmp_path: Path) 
         record(5, "mem_c", "created", "c.md", b"c\n"),
     ]
     mirror = write(tmp_path / "m", history)
-    kept = history_facts(mirror.git)
+    kept = mirror.facts()
     root = git(mirror.path, "rev-list", "--max-parents=0", "refs/remotes/memstore/main").strip()
     assert kept.root == root and kept.truncated == 1
     assert [(r.version_id, r.memory_id, r.wrote) for r in kept.redacted] == [
@@ -174,15 +173,13 @@ def test_the_facts_the_writer_keeps_equal_a_walk_of_the_history(tmp_path: Path) 
         ("memver_0004", "mem_b", False),
     ]
     (mirror.state_dir / "history-facts.json").unlink()
-    walked = history_facts(mirror.git, save=False)
+    walked = mirror.facts(save=False)
     assert walked == kept
     assert not (mirror.state_dir / "history-facts.json").exists(), "save=False writes nothing"
     # A mirror whose facts were never cached gets them from one walk, then extends them batch by batch.
     write(mirror.path, [record(6, "mem_s", "updated", "s.md", b"clean\n")])
-    assert history_facts(mirror.git) == walked
-    assert history_facts(Mirror.open(mirror.path).git) == HistoryFacts(
-        root=root, truncated=1, redacted=walked.redacted
-    )
+    assert mirror.facts() == walked
+    assert Mirror.open(mirror.path).facts() == HistoryFacts(root=root, truncated=1, redacted=walked.redacted)
 
 
 # --- rewriting a redacted commit's content ----------------------------------------------------------
@@ -200,7 +197,7 @@ def test_a_redacted_commit_loses_content_its_memory_no_longer_serves(tmp_path: P
     assert not exists(mirror.path, blob(SECRET))
     fresh = write(tmp_path / "fresh", [first, replace(leaky, content=None), rotated])
     assert mirror.tip() == fresh.tip()
-    assert history_facts(mirror.git).redacted == [
+    assert mirror.facts().redacted == [
         RedactedCommit(
             git(mirror.path, "rev-parse", "refs/remotes/memstore/main~1").strip(),
             "memver_0002",
@@ -229,4 +226,4 @@ def test_a_rewrite_from_the_first_commit_keeps_what_it_says_about_the_history(tm
         [replace(redacted, history_truncated=4), record(2, "mem_x", "created", "x.md", b"x\n"), *later],
     )
     assert mirror.tip() == fresh.tip()
-    assert history_facts(mirror.git).truncated == 4
+    assert mirror.facts().truncated == 4

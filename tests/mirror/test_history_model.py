@@ -93,7 +93,7 @@ def test_random_histories_match_the_model(
     tip = mirror.tip()
     assert tip is not None
     files = mirror.files(tip)
-    assert {path: mirror.git.read_blob(blob) for path, blob in files.items()} == {
+    assert {path: mirror.content(blob) for path, blob in files.items()} == {
         path: content for path, content in live.values()
     }
     assert mirror.paths() == {path: memory for memory, (path, _) in live.items()}

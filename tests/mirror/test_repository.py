@@ -157,4 +157,4 @@ def test_pygit2_errors_arrive_as_mirror_errors(new_mirror: NewMirror) -> None:
     with pytest.raises(MirrorError, match="reading the tree of"):
         mirror.files("0" * 40)
     with pytest.raises(MirrorError, match="reading blob"):
-        mirror.git.read_blob("not-hex")
+        mirror.content("not-hex")

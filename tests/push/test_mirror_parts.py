@@ -234,7 +234,7 @@ def test_base_commits_round_trip_and_collapse_onto_the_tip(mirror: Mirror) -> No
     assert old is not None
     held = {**tip_snapshot, "odd\npath.md": SnapshotEntry(old, sha(b"a\n"), "mem_odd")}
     written = write_base(mirror, held, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot)
-    assert written != tip and mirror.git.ref_target(Mirror.BASE_REF) == written
+    assert written != tip and mirror.base() == written
     assert git(mirror.path, "rev-parse", f"{written}^").strip() == tip
     assert read_base(mirror, hashes) == (written, held)
     fsck(mirror.path)
@@ -248,7 +248,7 @@ def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(
     mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hashes = BlobHashes(mirror)
-    base = mirror.git.ref_target(Mirror.BASE_REF)
+    base = mirror.base()
     assert base == mirror.tip()
     expected = read_base(mirror, hashes)
     keep_base_ids(mirror)

@@ -7,7 +7,7 @@ the checkout was last reconciled with; ``main`` before the first reconcile): equ
 A path that differs is requested once per content: if the same content shows up again (a second
 ``touch``), the cycle already requested for it covers it. A path that holds exactly the markers memsync
 wrote for an open conflict is memsync's own write too.
-Untracked paths that :func:`memsync.mirror.is_ignored` leaves out never count: the same list of
+Untracked paths that :meth:`memsync.mirror.Mirror.is_ignored` leaves out never count: the same list of
 editor temporaries and the same ignore rules as the push's scan, matched by git's rules.
 """
 
@@ -25,7 +25,6 @@ from memsync.mirror import (
     blob_id,
     encode_path,
     encode_paths,
-    is_ignored,
     locate,
 )
 
@@ -131,7 +130,7 @@ class CheckoutBaseline:
         if self._mirror is None:
             self._mirror = Mirror.open(self.checkout)
         mirror = self._mirror
-        commit = mirror.git.ref_target(Mirror.BASE_REF) or mirror.git.ref_target(Mirror.MAIN_REF)
+        commit = mirror.base() or mirror.main()
         if commit == self._tree[0]:
             return self._tree[1]
         if commit is None:
@@ -168,7 +167,7 @@ class CheckoutBaseline:
         """Whether the push's scan would leave the untracked file out too (memsync.mirror.ignores)."""
         assert self._mirror is not None  # opened by _base_tree, which changed() calls first
         try:
-            return is_ignored(self._mirror.git, tree_path)
+            return self._mirror.is_ignored(tree_path)
         except MemsyncError as exc:
             log.warning("cannot tell whether %s is ignored in %s: %s", tree_path, self.checkout, exc)
             return False

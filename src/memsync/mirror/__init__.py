@@ -16,7 +16,6 @@ from memsync.mirror.backups import (
     push_mirror,
 )
 from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
-from memsync.mirror.checkout import head_problem, undo_interrupted_checkout
 from memsync.mirror.clone import configure_clone, copy_history, discard_local, stage_commit
 from memsync.mirror.conflicts import (
     ConflictRecord,
@@ -33,11 +32,9 @@ from memsync.mirror.history import (
     HistoryWriter,
     RedactedCommit,
     VersionRecord,
-    history_facts,
 )
-from memsync.mirror.ignores import TEMPORARIES, is_ignored
-from memsync.mirror.metadata import metadata_follows, note_metadata_follows
-from memsync.mirror.origin import Origin, read_origin, record_origin
+from memsync.mirror.ignores import TEMPORARIES
+from memsync.mirror.origin import Origin, read_origin
 from memsync.mirror.paths import (
     decode_path,
     decode_paths,
@@ -137,15 +134,10 @@ __all__ = [
     "encode_paths",
     "escape_for_terminal",
     "find_views",
-    "head_problem",
-    "history_facts",
     "inferred_version_id",
-    "is_ignored",
     "keep_base_ids",
     "locate",
     "main_rewind",
-    "metadata_follows",
-    "note_metadata_follows",
     "push_mirror",
     "pushed_refs",
     "quote_for_message",
@@ -153,7 +145,6 @@ __all__ = [
     "read_history",
     "read_origin",
     "read_worktree",
-    "record_origin",
     "reset_main",
     "respell_history",
     "respelling_due",
@@ -165,7 +156,6 @@ __all__ = [
     "suggest_tree_path",
     "superseded_commits",
     "tree_layout_problems",
-    "undo_interrupted_checkout",
     "view_folder_name",
     "view_path",
     "wait_for_index_lock",

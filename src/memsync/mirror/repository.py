@@ -28,7 +28,13 @@ from typing import Any
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
-from memsync.mirror.checkout import CheckoutUpdate, local_changes, update_checkout
+from memsync.mirror.checkout import (
+    CheckoutUpdate,
+    head_problem,
+    local_changes,
+    undo_interrupted_checkout,
+    update_checkout,
+)
 from memsync.mirror.conflicts import Conflicts
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
@@ -40,12 +46,15 @@ from memsync.mirror.history import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_COMMITS,
     FACTS_FILE,
+    HistoryFacts,
     HistoryWriter,
     PathMap,
+    history_facts,
     replay,
 )
-from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS
-from memsync.mirror.metadata import read_metadata, write_metadata
+from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS, is_ignored
+from memsync.mirror.metadata import metadata_follows, note_metadata_follows, read_metadata, write_metadata
+from memsync.mirror.origin import Origin, record_origin
 from memsync.mirror.paths import decode_path
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
 from memsync.mirror.trailers import Operation, Trailers, parse_message
@@ -369,6 +378,25 @@ class Mirror:
 
     # --- the checkout and the metadata branch ----------------------------------------------------
 
+    def main(self) -> str | None:
+        """The commit the user's branch (``main``) is at, or None before the first checkout."""
+        return self.git.ref_target(self.MAIN_REF)
+
+    def base(self) -> str | None:
+        """The commit the checkout was last reconciled with (``refs/memsync/base``), or None."""
+        return self.git.ref_target(self.BASE_REF)
+
+    def content(self, blob: str) -> bytes:
+        """The bytes of a memory's file (a blob of the mirror)."""
+        return self.git.read_blob(blob)
+
+    def facts(self, *, save: bool = True) -> HistoryFacts:
+        """What the imported history says about itself (:class:`HistoryFacts`); ``save=False``
+        writes no cache (readers such as ``memsync status``)."""
+        return history_facts(self.git, save=save)
+
+    # --- the checkout ------------------------------------------------------------------------
+
     def local_changes(self) -> tuple[str, ...]:
         """Working-tree paths the user changed since ``refs/memsync/base``."""
         return local_changes(self.git)
@@ -376,6 +404,33 @@ class Mirror:
     def update_checkout(self) -> CheckoutUpdate:
         """Fast-forward ``main`` and the working tree to the tip unless local changes are pending."""
         return update_checkout(self.git)
+
+    def settle_interrupted_checkout(self) -> tuple[str, ...]:
+        """Settle a checkout a kill or a full disk stopped part way; the paths left as the user has
+        them (see :func:`~memsync.mirror.checkout.undo_interrupted_checkout`)."""
+        return undo_interrupted_checkout(self.git)
+
+    def head_problem(self) -> str | None:
+        """Why the checkout is not main's to sync (a rebase in progress, HEAD elsewhere), or None."""
+        return head_problem(self.git)
+
+    def is_ignored(self, tree_path: str) -> bool:
+        """Whether git's ignore rules (the user's ``.gitignore`` files, the exclude list) skip it."""
+        return is_ignored(self.git, tree_path)
+
+    # --- where it comes from -----------------------------------------------------------------
+
+    def record_origin(self, origin: Origin) -> Origin | None:
+        """Record the API the mirror is pulled from; the origin it replaces, if it was another."""
+        return record_origin(self.git, origin)
+
+    def metadata_follows(self) -> str | None:
+        """The imported tip the memories' metadata was last refreshed for, if noted."""
+        return metadata_follows(self.git)
+
+    def note_metadata_follows(self, tip: str | None) -> None:
+        """Note that the memories' metadata reflects the store as of the imported ``tip``."""
+        note_metadata_follows(self.git, tip)
 
     def write_metadata(
         self,

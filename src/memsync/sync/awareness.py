@@ -375,7 +375,7 @@ def _write(
         last = _key_from(state.get("last_key"))
     namespace = Namespace(active, start_files)
     writer = view.writer(rebuild=not incremental)
-    readers = {sid: mirror.git.read_blob for sid, mirror in mirrors.items()}
+    readers = {sid: mirror.content for sid, mirror in mirrors.items()}
 
     def history(rank: int, store_id: str) -> Iterator[tuple[Key, str, StoreCommit]]:
         if tips[store_id] is None or since[store_id] == tips[store_id]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from memsync.api import Client, Store
 from memsync.errors import LockHeld, MemsyncError, combine_exit_codes, storage_fault
-from memsync.mirror import Mirror, head_problem, keep_base_ids
+from memsync.mirror import Mirror, keep_base_ids
 from memsync.sync.outputs import CycleOutput
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
@@ -188,7 +188,7 @@ def _push(
             # Before the cheap "anything to do?" test: mid-rebase (or on another branch) git status
             # can be clean while the checkout is not main's at all, and the user should hear why
             # nothing of it is synced.
-            push.blocked = head_problem(mirror.git)
+            push.blocked = mirror.head_problem()
             if push.blocked is not None:
                 report_open_conflicts(mirror, push)
                 return

@@ -79,12 +79,8 @@ from memsync.mirror import (
     clear_stale_locks,
     defer_rewrite,
     escape_for_terminal,
-    history_facts,
     inferred_version_id,
-    metadata_follows,
-    note_metadata_follows,
     read_origin,
-    record_origin,
     respell_history,
     rewrite_pending,
     rewrite_redacted,
@@ -274,7 +270,7 @@ def _follow_origin(mirror: Mirror, client: Client, report: PullReport) -> None:
             f' api.dialect is "{client.dialect.value}": set api.dialect = "{recorded.dialect}", or give'
             " this API its own mirror.root"
         )
-    moved = record_origin(mirror.git, Origin(client.dialect.value, client.base_url))
+    moved = mirror.record_origin(Origin(client.dialect.value, client.base_url))
     if moved is not None:
         report.warnings.append(
             f"the API base moved from {moved.api_base} to {client.base_url}: the store is listed there,"
@@ -324,7 +320,7 @@ class _Importer:
         self.full_scan = full_scan
         # A pull killed between its import and its metadata snapshot left the metadata behind the
         # tip: the versions it imported are no longer new, so only a listing of every memory catches up.
-        self.metadata_behind = metadata_follows(self.mirror.git) != self.mirror.tip()
+        self.metadata_behind = self.mirror.metadata_follows() != self.mirror.tip()
         if checkpoint is None:
             self.truncation = TruncationCounter()
         elif not full_scan:
@@ -543,7 +539,7 @@ class _Importer:
         """``{version id: content}`` for redacted commits a fresh import would now write otherwise."""
         candidates = [
             r
-            for r in history_facts(self.mirror.git).redacted
+            for r in self.mirror.facts().redacted
             if r.content_sha256 is not None
             and (everything or (self.touched is not None and r.memory_id in self.touched))
         ]
@@ -586,7 +582,7 @@ class _Importer:
         """The bytes a memory serves under ``sha256``: the mirror's copy, else read from the store."""
         blob = self.mirror.blob_for_sha256(sha256)
         if blob is not None:
-            return self.mirror.git.read_blob(blob)
+            return self.mirror.content(blob)
         memory = self.read.get(memory_id)
         if memory is None or memory.content is None:
             try:
@@ -669,7 +665,7 @@ class _Importer:
         if self.source == "listed":
             before = self.client.request_count
             listed: set[str] = set()
-            redacted_memories = {r.memory_id for r in history_facts(self.mirror.git).redacted}
+            redacted_memories = {r.memory_id for r in self.mirror.facts().redacted}
 
             def documents() -> Iterator[tuple[str, dict[str, Any]]]:
                 for memory in self.client.list_memories(store.id):
@@ -760,8 +756,8 @@ class _Importer:
         """Report what the first commit records about history lost before it (History-Truncated),
         and note the tip the memories' metadata now follows."""
         if self.metadata_done:
-            note_metadata_follows(self.mirror.git, self.mirror.tip())
-        facts = history_facts(self.mirror.git)
+            self.mirror.note_metadata_follows(self.mirror.tip())
+        facts = self.mirror.facts()
         if facts.truncated is None or facts.root is None:
             return
         self.report.history_truncated = {"commit": facts.root, "memories": facts.truncated}

@@ -73,7 +73,6 @@ from memsync.mirror import (
     WorktreeScan,
     apply_checkout,
     commit_snapshot,
-    head_problem,
     locate,
     main_rewind,
     read_base,
@@ -81,7 +80,6 @@ from memsync.mirror import (
     reset_main,
     scan_worktree,
     store_blob,
-    undo_interrupted_checkout,
     wait_for_index_lock,
     write_base,
 )
@@ -281,8 +279,8 @@ class _Execution:
 
     def _run(self) -> None:
         # What a checkout that stopped part way wrote is memsync's, never an edit to push.
-        undo_interrupted_checkout(self.mirror.git)
-        self.report.blocked = head_problem(self.mirror.git)
+        self.mirror.settle_interrupted_checkout()
+        self.report.blocked = self.mirror.head_problem()
         if self.report.blocked is not None:
             return
         for _ in range(ROUNDS):
@@ -376,7 +374,7 @@ class _Execution:
         entry = snapshot.get(content.path)
         if entry is None or entry.sha256 != content.hash:
             raise MirrorError(f"the plan names {content}, which the {content.side.value} snapshot lacks")
-        return self.mirror.git.read_blob(entry.blob)
+        return self.mirror.content(entry.blob)
 
     def _keep(self, data: bytes) -> None:
         """Store pushed content as a blob, so the new base can name it even if the import fails."""
@@ -653,8 +651,8 @@ def reconcile(
 def needs_reconcile(mirror: Mirror) -> bool:
     """Whether the checkout may differ from the imported tip, or the refs disagree (cheap: git status)."""
     tip = mirror.tip()
-    base = mirror.git.ref_target(mirror.BASE_REF)
-    main = mirror.git.ref_target(mirror.MAIN_REF)
+    base = mirror.base()
+    main = mirror.main()
     if tip is None:
         # Nothing imported yet: only files the user created can be there.
         return bool(mirror.local_changes())
@@ -702,7 +700,7 @@ def _predict(
     force: bool,
     max_delete_share: float,
 ) -> None:
-    report.blocked = head_problem(mirror.git)
+    report.blocked = mirror.head_problem()
     if report.blocked is not None:
         return
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
@@ -763,7 +761,7 @@ def _predicted_outcome(
     if isinstance(action, RemoveCheckout):
         return "pull", "remove"
     assert isinstance(action, Merge)
-    ancestor = mirror.git.read_blob(base[action.base.path].blob)
+    ancestor = mirror.content(base[action.base.path].blob)
     mine = read_worktree(mirror, action.local.path, action.local.hash)
     memory = client.get_memory(store.id, action.memory_id)
     assert memory.content is not None

@@ -21,8 +21,6 @@ from memsync.mirror import (
     ConflictRecord,
     Mirror,
     commit_snapshot,
-    head_problem,
-    history_facts,
     pushed_refs,
     read_base,
     scan_worktree,
@@ -140,11 +138,11 @@ def mirror_status(
 def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport) -> None:
     store, _ = mirror.read_metadata()
     report.name = str(store.get("name", "")) if store else ""
-    facts = history_facts(mirror.git, save=False)  # cached by the pulls: no walk of the history
+    facts = mirror.facts(save=False)  # cached by the pulls: no walk of the history
     if facts.truncated is not None:
         report.history_truncated = {"commit": facts.root, "memories": facts.truncated}
     report.tip = mirror.tip()
-    report.blocked = head_problem(mirror.git)
+    report.blocked = mirror.head_problem()
     if report.blocked is not None:
         # Mid-operation the files are git's work in progress: what they would push means nothing.
         _report_conflicts(mirror, report)
