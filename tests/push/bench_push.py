@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memsync.api import open_client
-from memsync.mirror import Mirror, scan_worktree
+from memsync.mirror import Mirror
 from memsync.rules import Dialect
 from memsync.sync.cycle import run_cycle
 from tests.support.server import ServerProcess
@@ -84,7 +84,7 @@ def main() -> None:
             client.update_memory(store.id, ids[path], f"remote {i}\n", expected_sha256=current.content_sha256)
 
         with Mirror.open(repo) as mirror:
-            scan = median_ms(lambda: scan_worktree(mirror, Dialect.FORWARD), args.rounds)
+            scan = median_ms(lambda: mirror.worktree.scan(Dialect.FORWARD), args.rounds)
         print(f"{args.files} memories, median of {args.rounds} (ms):")
         print(f"  scan of the working tree        {scan:8.1f}")
         print(f"  sync, nothing to do             {median_ms(sync, args.rounds):8.1f}")

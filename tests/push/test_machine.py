@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from memsync.api import ApiError, Client, open_client
-from memsync.mirror import Mirror, decode_path, locate
+from memsync.mirror import Mirror, decode_path
 from memsync.rules import Dialect
 from memsync.sync.cycle import CycleReport
 from memsync.sync.resolve import OURS, THEIRS, Target, resolve_conflict
@@ -259,7 +259,9 @@ class PushMachine(RuleBasedStateMachine):
             records = mirror.conflicts.open()
             path = data.draw(st.sampled_from(sorted(records)))
             # Where the file is, or would be: spelt with %_ beside a folder of the same name.
-            tree_path = locate(mirror, path) or (path + "%_" if (self.side.repo / path).is_dir() else path)
+            tree_path = mirror.worktree.locate(path) or (
+                path + "%_" if (self.side.repo / path).is_dir() else path
+            )
         full = self.side.repo / tree_path
         if choice == "hand":
             new = self.fresh("u")

@@ -20,12 +20,10 @@ from memsync.mirror import (
     Mirror,
     SnapshotEntry,
     WorktreeChanged,
-    apply_checkout,
     commit_snapshot,
     keep_base_ids,
     read_base,
     reset_main,
-    scan_worktree,
     whole_file_markers,
     write_base,
 )
@@ -66,7 +64,7 @@ def test_scan_reads_regular_files_and_never_follows_links(mirror: Mirror, tmp_pa
     (root / "100%.md").write_text("stray\n")
     (root / "notes" / "b.md%_").write_text("second spelling\n")
 
-    scan = scan_worktree(mirror, Dialect.FORWARD)
+    scan = mirror.worktree.scan(Dialect.FORWARD)
 
     files = scan.files
     assert (
@@ -83,8 +81,8 @@ def test_scan_reads_regular_files_and_never_follows_links(mirror: Mirror, tmp_pa
     assert set(strays) == {"100%.md", "notes/b.md%_"}
     assert "100%25.md" in strays["100%.md"] and "two spellings" in strays["notes/b.md%_"]
     # Empty content is fine on Anthropic; a memory named like a temporary counts when it is known.
-    assert scan_worktree(mirror, Dialect.ANTHROPIC).files["empty.md"].problem is None
-    assert ".notes.md.swp" in scan_worktree(mirror, Dialect.FORWARD, known={".notes.md.swp"}).files
+    assert mirror.worktree.scan(Dialect.ANTHROPIC).files["empty.md"].problem is None
+    assert ".notes.md.swp" in mirror.worktree.scan(Dialect.FORWARD, known={".notes.md.swp"}).files
 
 
 def test_scans_reuse_hashes_of_files_that_did_not_change(
@@ -106,20 +104,20 @@ def test_scans_reuse_hashes_of_files_that_did_not_change(
         return real(full)
 
     monkeypatch.setattr(worktree, "_hash_file", counting)
-    first = scan_worktree(mirror, Dialect.FORWARD)
+    first = mirror.worktree.scan(Dialect.FORWARD)
     assert len(reads) == 7
     reads.clear()
-    assert scan_worktree(mirror, Dialect.FORWARD) == first and reads == []
+    assert mirror.worktree.scan(Dialect.FORWARD) == first and reads == []
     # An edit changes size or times; a file written just now is read again until it is old enough.
     (root / "f1.md").write_text("file 1, edited\n")
-    third = scan_worktree(mirror, Dialect.FORWARD)
+    third = mirror.worktree.scan(Dialect.FORWARD)
     assert reads == [root / "f1.md"] and third.files["f1.md"].sha256 == sha(b"file 1, edited\n")
     reads.clear()
-    scan_worktree(mirror, Dialect.FORWARD)
+    mirror.worktree.scan(Dialect.FORWARD)
     assert reads == [root / "f1.md"]
     # Another dialect judges contents differently: the cache does not carry over.
     reads.clear()
-    scan_worktree(mirror, Dialect.ANTHROPIC, save_cache=False)
+    mirror.worktree.scan(Dialect.ANTHROPIC, save_cache=False)
     assert len(reads) == 7
 
 
@@ -134,12 +132,12 @@ def test_checkout_writes_check_every_expectation_before_writing(mirror: Mirror) 
         CheckoutChange("notes/b.md", None, sha(b"something else\n")),  # stale: the user edited it
     ]
     with pytest.raises(WorktreeChanged, match=r"notes/b\.md changed"):
-        apply_checkout(mirror, changes, present=present)
+        mirror.worktree.apply(changes, present=present)
     assert (root / "a.md").read_bytes() == b"a\n" and (root / "notes/b.md").exists()
     # A file that appeared where the plan expected none is never overwritten either.
     (root / "new.md").write_text("user's\n")
     with pytest.raises(WorktreeChanged):
-        apply_checkout(mirror, [CheckoutChange("new.md", b"theirs\n", None)], present=present)
+        mirror.worktree.apply([CheckoutChange("new.md", b"theirs\n", None)], present=present)
     assert (root / "new.md").read_text() == "user's\n"
 
 
@@ -147,10 +145,10 @@ def test_checkout_respells_files_beside_folders(mirror: Mirror) -> None:
     root = mirror.path
     present = {"a.md": "a.md", "notes/b.md": "notes/b.md"}
     # a.md becomes a folder's sibling: the file moves to a.md%_, the new file goes below a.md/.
-    apply_checkout(mirror, [CheckoutChange("a.md/c", b"c\n", None)], present=present)
+    mirror.worktree.apply([CheckoutChange("a.md/c", b"c\n", None)], present=present)
     assert (root / "a.md%_").read_bytes() == b"a\n" and (root / "a.md" / "c").read_bytes() == b"c\n"
     present = {"a.md": "a.md%_", "a.md/c": "a.md/c", "notes/b.md": "notes/b.md"}
-    apply_checkout(mirror, [CheckoutChange("a.md/c", None, sha(b"c\n"))], present=present)
+    mirror.worktree.apply([CheckoutChange("a.md/c", None, sha(b"c\n"))], present=present)
     assert (root / "a.md").read_bytes() == b"a\n" and not (root / "a.md%_").exists()
     # No memsync temporaries are left behind.
     assert not [p for p in root.rglob(".#memsync-*")]
@@ -160,7 +158,7 @@ def test_checkout_refuses_to_write_through_a_foreign_file(mirror: Mirror) -> Non
     root = mirror.path
     (root / "x.swp").write_text("an ignored file where a folder must go\n")
     with pytest.raises(MirrorError, match="in the way"):
-        apply_checkout(mirror, [CheckoutChange("x.swp/y", b"y\n", None)], present={"a.md": "a.md"})
+        mirror.worktree.apply([CheckoutChange("x.swp/y", b"y\n", None)], present={"a.md": "a.md"})
     assert (root / "x.swp").read_text().startswith("an ignored file")
 
 

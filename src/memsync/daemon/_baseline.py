@@ -25,7 +25,6 @@ from memsync.mirror import (
     blob_id,
     encode_path,
     encode_paths,
-    locate,
 )
 
 log = logging.getLogger("memsync.daemon.watch")
@@ -157,7 +156,7 @@ class CheckoutBaseline:
             for memory_path, record in mirror.conflicts.open().items():
                 blob = mirror.conflicts.blob(record, "markers")
                 if blob is not None:
-                    markers[locate(mirror, memory_path) or encode_path(memory_path)] = blob
+                    markers[mirror.worktree.locate(memory_path) or encode_path(memory_path)] = blob
             return markers
         except MemsyncError as exc:
             log.warning("cannot read the open conflicts of %s: %s", self.checkout, exc)

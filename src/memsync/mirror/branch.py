@@ -21,7 +21,6 @@ from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.snapshots import BlobHashes, reconciled_import
 from memsync.mirror.spellings import decoded
-from memsync.mirror.worktree import worktree_blob
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -95,7 +94,7 @@ def align_index(mirror: Mirror, commit: str) -> None:
             if current.get(path) == blob:
                 continue
             changed = True
-            if worktree_blob(mirror, path) == blob:
+            if mirror.worktree.blob(path) == blob:
                 index.add(path)  # reads the file: the entry gets its stat data
             else:
                 index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), FileMode.BLOB))

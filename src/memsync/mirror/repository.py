@@ -58,6 +58,7 @@ from memsync.mirror.origin import Origin, record_origin
 from memsync.mirror.paths import decode_path
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
 from memsync.mirror.trailers import Operation, Trailers, parse_message
+from memsync.mirror.worktree import Worktree
 
 MIRROR_FORMAT = "1"
 
@@ -152,6 +153,7 @@ class Mirror:
         self._content = ContentIndex(self.git, self.state_dir / "content-index")
         self._path_map_cache: tuple[str, PathMap] | None = None
         self.conflicts = Conflicts(self.git)
+        self.worktree = Worktree(self.git)
 
     def __enter__(self) -> Mirror:
         return self

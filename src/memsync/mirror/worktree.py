@@ -9,7 +9,7 @@ unless git already tracks it or the path is a memory already; a ``.gitignore`` f
 whose name has no memory path (``100%.md``, two spellings of one memory) is a *stray*: reported with
 the reason, never touched.
 
-**Writing.** :func:`apply_checkout` carries out the checkout half of a plan: every change names
+**Writing.** :meth:`Worktree.apply` carries out the checkout half of a plan: every change names
 what the file must hold before it is touched (``expected_sha256``; None: absent), and everything is
 re-checked before anything is written, so a file the user saved meanwhile is never overwritten
 (:class:`WorktreeChanged`: re-plan). Files are replaced atomically (a temporary named like an editor
@@ -32,19 +32,15 @@ import time
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
-from memsync.mirror.gitstore import TEMPORARY_PREFIX, replace_file
+from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore, replace_file
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import check_memory_path, escape_for_terminal, segment_spellings
 from memsync.mirror.spellings import decoded, encoded, spell_all
 from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
-
-if TYPE_CHECKING:
-    from memsync.mirror.repository import Mirror
 
 INDEX_LOCK_WAIT_S = 5.0
 
@@ -63,7 +59,7 @@ def _describe(sha: str | None) -> str:
     return "no file" if sha is None else ("a non-regular file" if sha == NOT_REGULAR else sha[:12])
 
 
-# What :func:`current_sha256` reports for a symlink or other non-regular file: never a real hash.
+# What :meth:`Worktree.sha256` reports for a symlink or other non-regular file: never a real hash.
 NOT_REGULAR = "not-a-regular-file"
 
 
@@ -91,56 +87,6 @@ class WorktreeScan:
     strays: dict[str, str] = field(default_factory=dict)
 
 
-def scan_worktree(
-    mirror: Mirror,
-    dialect: Dialect,
-    *,
-    known: Set[str] = frozenset(),
-    save_cache: bool = True,
-    trust_cache: bool = True,
-) -> WorktreeScan:
-    """Read the working tree (``.git`` excluded), hashing regular files without following links.
-
-    ``known`` are memory paths that count whatever the ignore rules say (the base's and the store's
-    memories); an untracked file :func:`~memsync.mirror.ignores.is_ignored` leaves out is skipped
-    otherwise, and a ``.gitignore`` file always (the user's). A file whose ``lstat`` (size, mtime,
-    ctime, inode) is what the stat cache recorded, and that was last modified over a second before it
-    was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
-    ``save_cache=False`` writes nothing (status, dry runs).
-    """
-    root = mirror.path
-    cache = _StatCache(mirror, dialect, trusted=trust_cache)
-    scan = WorktreeScan()
-    # The index is asked only about the few files git would ignore: a tracked one still counts.
-    for tree_path, info in _walk(root):
-        if is_ignore_file(tree_path):
-            # Never a memory's spelling (that is %2Egitignore), so without this it would be reported
-            # as a stray on every sync, even committed.
-            continue
-        try:
-            memory_path = decoded(tree_path)
-        except PathEncodingError as exc:
-            if not is_ignored(mirror.git, tree_path) or tree_path in mirror.git.index():
-                scan.strays[tree_path] = str(exc)
-            continue
-        if (
-            memory_path not in known
-            and is_ignored(mirror.git, tree_path)
-            and tree_path not in mirror.git.index()
-        ):
-            continue
-        if (other := scan.files.get(memory_path)) is not None:
-            scan.strays[tree_path] = (
-                f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
-                f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
-            )
-            continue
-        scan.files[memory_path] = _inspect(root / tree_path, tree_path, info, dialect, cache)
-    if save_cache:
-        cache.save()
-    return scan
-
-
 class _StatCache:
     """What scans found, by working-tree path and ``lstat``: ``.git/memsync/worktree-stat.json``.
 
@@ -155,8 +101,8 @@ class _StatCache:
     FORMAT = 2
     RACY_NS = 1_000_000_000
 
-    def __init__(self, mirror: Mirror, dialect: Dialect, *, trusted: bool) -> None:
-        self._path = mirror.state_dir / self.FILE
+    def __init__(self, git: GitStore, dialect: Dialect, *, trusted: bool) -> None:
+        self._path = git.state_dir / self.FILE
         # What the cached answers depend on besides the files: a cache of another dialect is not used.
         self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
@@ -198,15 +144,6 @@ class _StatCache:
         payload = {**self._header, "files": self._new}
         with contextlib.suppress(OSError):  # a cache: the next scan hashes again
             replace_file(self._path, json.dumps(payload, separators=(",", ":")).encode(), durable=False)
-
-
-def worktree_memory_paths(mirror: Mirror) -> dict[str, str]:
-    """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
-    found: dict[str, str] = {}
-    for tree_path, _ in _walk(mirror.path):
-        with contextlib.suppress(PathEncodingError):
-            found.setdefault(decoded(tree_path), tree_path)
-    return found
 
 
 def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
@@ -315,46 +252,7 @@ def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
         return hashlib.file_digest(handle, "sha256").hexdigest(), handle.tell(), None
 
 
-def worktree_blob(mirror: Mirror, tree_path: str) -> str | None:
-    """git's blob id of the regular file at ``tree_path`` (None: absent, not regular, or too large)."""
-    try:
-        data = _hash_file(mirror.path / tree_path)[2]
-    except (_NotRegular, OSError):
-        return None
-    return None if data is None else blob_id(data)
-
-
-# --- reading and checking single files -----------------------------------------------------------
-
-
-def locate(mirror: Mirror, memory_path: str) -> str | None:
-    """The tree path of the memory's file in the checkout now (any spelling), or None."""
-    root = mirror.path
-    exact = _case_insensitive(root)
-    segments = check_memory_path(memory_path).split("/")
-    # Folders first, one level at a time: a spelling whose folders are not there is not looked at.
-    prefixes = [""]
-    for segment in segments[:-1]:
-        prefixes = [
-            joined
-            for prefix in prefixes
-            for components in segment_spellings(segment, last=False)
-            if _is_folder(root / (joined := _joined(prefix, components))) and _named(root, joined, exact)
-        ]
-    found = [
-        joined
-        for prefix in prefixes
-        for components in segment_spellings(segments[-1], last=True)
-        if os.path.lexists(root / (joined := _joined(prefix, components)))
-        and not _is_folder(root / joined)
-        and _named(root, joined, exact)
-    ]
-    if len(found) > 1:
-        raise MirrorError(
-            f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
-            f" {escape_for_terminal(memory_path)}; keep one of them and run again"
-        )
-    return found[0] if found else None
+# --- finding a memory's file: its spellings, on case-insensitive filesystems too ------------------
 
 
 def _joined(prefix: str, components: tuple[str, ...]) -> str:
@@ -385,34 +283,7 @@ def _is_folder(path: Path) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
 
-def _hash_at(mirror: Mirror, tree_path: str) -> tuple[str | None, bytes | None]:
-    """``(sha256, bytes)`` of the file at ``tree_path``; the hash is None when there is no file and
-    :data:`NOT_REGULAR` for a link, the bytes None unless it is a regular file of memory size."""
-    try:
-        sha, _, data = _hash_file(mirror.path / tree_path)
-    except _NotRegular:
-        return NOT_REGULAR, None
-    except FileNotFoundError:
-        return None, None
-    return sha, data
-
-
-def current_sha256(mirror: Mirror, memory_path: str) -> str | None:
-    """The SHA-256 of the memory's checkout file now; None if absent; :data:`NOT_REGULAR` for a link."""
-    tree_path = locate(mirror, memory_path)
-    return None if tree_path is None else _hash_at(mirror, tree_path)[0]
-
-
-def read_worktree(mirror: Mirror, memory_path: str, expected_sha256: str) -> bytes:
-    """The bytes of the memory's checkout file, which must still hash to ``expected_sha256``."""
-    tree_path = locate(mirror, memory_path) or encoded(memory_path)
-    found, data = _hash_at(mirror, tree_path)
-    if found != expected_sha256 or data is None:
-        raise WorktreeChanged(tree_path, expected_sha256, found)
-    return data
-
-
-# --- writing the checkout ------------------------------------------------------------------------
+# --- writing the checkout -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,65 +296,15 @@ class CheckoutChange:
     expected_sha256: str | None
 
 
-def apply_checkout(
-    mirror: Mirror, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]
-) -> list[str]:
-    """Carry out ``changes``; ``present`` maps the memory paths the checkout has files for to their
-    working-tree paths (as a scan found them).
-
-    Every expectation is checked first (:class:`WorktreeChanged`, nothing written). Files whose
-    spelling changes with the new set of paths (the ``%_`` suffix) are moved, changed or not. Returns
-    warnings (a spelling that could not change because something else occupies the name).
-    """
-    by_path = {change.memory_path: change for change in changes}
-    if len(by_path) != len(changes):
-        raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
-    for change in changes:
-        _check_unchanged(mirror, change.memory_path, change.expected_sha256)
-    removed = {c.memory_path for c in changes if c.data is None}
-    final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
-    target = spell_all(final)
-    pending: list[_Step] = []
-    for memory_path in sorted(final):
-        wanted = by_path.get(memory_path)
-        if wanted is not None:
-            pending.append(_Step(target[memory_path], locate(mirror, memory_path), wanted))
-        elif present[memory_path] != target[memory_path]:
-            pending.append(_Step(target[memory_path], present[memory_path], None))
-    root = mirror.path
-    for memory_path in sorted(removed):
-        if (gone := locate(mirror, memory_path)) is not None:
-            _check_unchanged(mirror, memory_path, by_path[memory_path].expected_sha256)
-            os.unlink(root / gone)
-            _prune(root, gone)
-    # A step blocked now may run once another has moved out of its way: go round while any runs.
-    while pending:
-        blocked = [step for step in pending if not step.try_run(mirror)]
-        if len(blocked) == len(pending):
-            break
-        pending = blocked
-    for step in pending:
-        if step.change is not None:
-            raise MirrorError(
-                f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
-                " way (a file git ignores, or one that is no memory's spelling); move it and run again"
-            )
-    return [
-        f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
-        f" {escape_for_terminal(step.target)}, but something else is in the way"
-        for step in pending
-    ]
-
-
 @dataclass(frozen=True, slots=True)
 class _Step:
     target: str
     where: str | None
     change: CheckoutChange | None
 
-    def try_run(self, mirror: Mirror) -> bool:
+    def try_run(self, worktree: Worktree) -> bool:
         """Write or move the file; False when the way is blocked for now (a file where a folder must go)."""
-        root = mirror.path
+        root = worktree.path
         destination = root / self.target
         try:
             destination.parent.mkdir(parents=True, exist_ok=True)
@@ -505,7 +326,7 @@ class _Step:
             _prune(root, self.where)
             return True
         assert self.change.data is not None
-        _check_unchanged(mirror, self.change.memory_path, self.change.expected_sha256)
+        worktree._check_unchanged(self.change.memory_path, self.change.expected_sha256)
         moved_from = self.where if self.where != self.target else None
         temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
         with open(temporary, "xb") as out:
@@ -522,13 +343,6 @@ class _Step:
         return True
 
 
-def _check_unchanged(mirror: Mirror, memory_path: str, expected: str | None) -> None:
-    """Re-check just before touching the file: the user may have saved it since the first check."""
-    found = current_sha256(mirror, memory_path)
-    if found != expected:
-        raise WorktreeChanged(locate(mirror, memory_path) or encoded(memory_path), expected, found)
-
-
 def _prune(root: Path, tree_path: str) -> None:
     """Remove the folders of ``tree_path`` that are now empty, deepest first."""
     for folder in PurePosixPath(tree_path).parents[:-1]:
@@ -538,17 +352,197 @@ def _prune(root: Path, tree_path: str) -> None:
             return
 
 
-# --- git's own state -------------------------------------------------------------------------------
+# --- the working tree of one mirror ---------------------------------------------------------------
 
 
-def wait_for_index_lock(mirror: Mirror) -> None:
-    """Wait briefly (:data:`INDEX_LOCK_WAIT_S`) while git holds ``.git/index.lock``; then a clear error."""
-    lock = mirror.git_dir / "index.lock"
-    deadline = time.monotonic() + INDEX_LOCK_WAIT_S
-    while lock.exists():
-        if time.monotonic() >= deadline:
+class Worktree:
+    """The mirror's working tree as memories (``mirror.worktree``): scanning it, finding and reading
+    a memory's file, and writing what reconciling decides (see the module docstring)."""
+
+    def __init__(self, git: GitStore) -> None:
+        self._git = git
+        self.path = git.path
+
+    def scan(
+        self,
+        dialect: Dialect,
+        *,
+        known: Set[str] = frozenset(),
+        save_cache: bool = True,
+        trust_cache: bool = True,
+    ) -> WorktreeScan:
+        """Read the working tree (``.git`` excluded), hashing regular files without following links.
+
+        ``known`` are memory paths that count whatever the ignore rules say (the base's and the store's
+        memories); an untracked file :func:`~memsync.mirror.ignores.is_ignored` leaves out is skipped
+        otherwise, and a ``.gitignore`` file always (the user's). A file whose ``lstat`` (size, mtime,
+        ctime, inode) is what the stat cache recorded, and that was last modified over a second before it
+        was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
+        ``save_cache=False`` writes nothing (status, dry runs).
+        """
+        root = self.path
+        cache = _StatCache(self._git, dialect, trusted=trust_cache)
+        scan = WorktreeScan()
+        # The index is asked only about the few files git would ignore: a tracked one still counts.
+        for tree_path, info in _walk(root):
+            if is_ignore_file(tree_path):
+                # Never a memory's spelling (that is %2Egitignore), so without this it would be reported
+                # as a stray on every sync, even committed.
+                continue
+            try:
+                memory_path = decoded(tree_path)
+            except PathEncodingError as exc:
+                if not is_ignored(self._git, tree_path) or tree_path in self._git.index():
+                    scan.strays[tree_path] = str(exc)
+                continue
+            if (
+                memory_path not in known
+                and is_ignored(self._git, tree_path)
+                and tree_path not in self._git.index()
+            ):
+                continue
+            if (other := scan.files.get(memory_path)) is not None:
+                scan.strays[tree_path] = (
+                    f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
+                    f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
+                )
+                continue
+            scan.files[memory_path] = _inspect(root / tree_path, tree_path, info, dialect, cache)
+        if save_cache:
+            cache.save()
+        return scan
+
+    def memory_paths(self) -> dict[str, str]:
+        """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
+        found: dict[str, str] = {}
+        for tree_path, _ in _walk(self.path):
+            with contextlib.suppress(PathEncodingError):
+                found.setdefault(decoded(tree_path), tree_path)
+        return found
+
+    def blob(self, tree_path: str) -> str | None:
+        """git's blob id of the regular file at ``tree_path`` (None: absent, not regular, or too large)."""
+        try:
+            data = _hash_file(self.path / tree_path)[2]
+        except (_NotRegular, OSError):
+            return None
+        return None if data is None else blob_id(data)
+
+    def locate(self, memory_path: str) -> str | None:
+        """The tree path of the memory's file in the checkout now (any spelling), or None."""
+        root = self.path
+        exact = _case_insensitive(root)
+        segments = check_memory_path(memory_path).split("/")
+        # Folders first, one level at a time: a spelling whose folders are not there is not looked at.
+        prefixes = [""]
+        for segment in segments[:-1]:
+            prefixes = [
+                joined
+                for prefix in prefixes
+                for components in segment_spellings(segment, last=False)
+                if _is_folder(root / (joined := _joined(prefix, components))) and _named(root, joined, exact)
+            ]
+        found = [
+            joined
+            for prefix in prefixes
+            for components in segment_spellings(segments[-1], last=True)
+            if os.path.lexists(root / (joined := _joined(prefix, components)))
+            and not _is_folder(root / joined)
+            and _named(root, joined, exact)
+        ]
+        if len(found) > 1:
             raise MirrorError(
-                f"git is working in {mirror.path} ({lock} exists): wait for it to finish and run again;"
-                " if no git command is running, a crashed one left the file behind: delete it"
+                f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
+                f" {escape_for_terminal(memory_path)}; keep one of them and run again"
             )
-        time.sleep(0.05)
+        return found[0] if found else None
+
+    def _hash_at(self, tree_path: str) -> tuple[str | None, bytes | None]:
+        """``(sha256, bytes)`` of the file at ``tree_path``; the hash is None when there is no file and
+        :data:`NOT_REGULAR` for a link, the bytes None unless it is a regular file of memory size."""
+        try:
+            sha, _, data = _hash_file(self.path / tree_path)
+        except _NotRegular:
+            return NOT_REGULAR, None
+        except FileNotFoundError:
+            return None, None
+        return sha, data
+
+    def sha256(self, memory_path: str) -> str | None:
+        """The SHA-256 of the memory's checkout file now; None if absent; :data:`NOT_REGULAR` for a link."""
+        tree_path = self.locate(memory_path)
+        return None if tree_path is None else self._hash_at(tree_path)[0]
+
+    def read(self, memory_path: str, expected_sha256: str) -> bytes:
+        """The bytes of the memory's checkout file, which must still hash to ``expected_sha256``."""
+        tree_path = self.locate(memory_path) or encoded(memory_path)
+        found, data = self._hash_at(tree_path)
+        if found != expected_sha256 or data is None:
+            raise WorktreeChanged(tree_path, expected_sha256, found)
+        return data
+
+    def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
+        """Carry out ``changes``; ``present`` maps the memory paths the checkout has files for to their
+        working-tree paths (as a scan found them).
+
+        Every expectation is checked first (:class:`WorktreeChanged`, nothing written). Files whose
+        spelling changes with the new set of paths (the ``%_`` suffix) are moved, changed or not. Returns
+        warnings (a spelling that could not change because something else occupies the name).
+        """
+        by_path = {change.memory_path: change for change in changes}
+        if len(by_path) != len(changes):
+            raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
+        for change in changes:
+            self._check_unchanged(change.memory_path, change.expected_sha256)
+        removed = {c.memory_path for c in changes if c.data is None}
+        final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
+        target = spell_all(final)
+        pending: list[_Step] = []
+        for memory_path in sorted(final):
+            wanted = by_path.get(memory_path)
+            if wanted is not None:
+                pending.append(_Step(target[memory_path], self.locate(memory_path), wanted))
+            elif present[memory_path] != target[memory_path]:
+                pending.append(_Step(target[memory_path], present[memory_path], None))
+        root = self.path
+        for memory_path in sorted(removed):
+            if (gone := self.locate(memory_path)) is not None:
+                self._check_unchanged(memory_path, by_path[memory_path].expected_sha256)
+                os.unlink(root / gone)
+                _prune(root, gone)
+        # A step blocked now may run once another has moved out of its way: go round while any runs.
+        while pending:
+            blocked = [step for step in pending if not step.try_run(self)]
+            if len(blocked) == len(pending):
+                break
+            pending = blocked
+        for step in pending:
+            if step.change is not None:
+                raise MirrorError(
+                    f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
+                    " way (a file git ignores, or one that is no memory's spelling); move it and run again"
+                )
+        return [
+            f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
+            f" {escape_for_terminal(step.target)}, but something else is in the way"
+            for step in pending
+        ]
+
+    def _check_unchanged(self, memory_path: str, expected: str | None) -> None:
+        """Re-check just before touching the file: the user may have saved it since the first check."""
+        found = self.sha256(memory_path)
+        if found != expected:
+            raise WorktreeChanged(self.locate(memory_path) or encoded(memory_path), expected, found)
+
+    def wait_for_index_lock(self) -> None:
+        """Wait briefly (:data:`INDEX_LOCK_WAIT_S`) while git holds ``.git/index.lock``; then a clear
+        error."""
+        lock = self._git.git_dir / "index.lock"
+        deadline = time.monotonic() + INDEX_LOCK_WAIT_S
+        while lock.exists():
+            if time.monotonic() >= deadline:
+                raise MirrorError(
+                    f"git is working in {self.path} ({lock} exists): wait for it to finish and run again;"
+                    " if no git command is running, a crashed one left the file behind: delete it"
+                )
+            time.sleep(0.05)

@@ -71,16 +71,11 @@ from memsync.mirror import (
     SnapshotEntry,
     WorktreeChanged,
     WorktreeScan,
-    apply_checkout,
     commit_snapshot,
-    locate,
     main_rewind,
     read_base,
-    read_worktree,
     reset_main,
-    scan_worktree,
     store_blob,
-    wait_for_index_lock,
     write_base,
 )
 from memsync.mirror import encode_path as _encode_path
@@ -193,7 +188,7 @@ def local_entries(scan: WorktreeScan) -> dict[str, LocalEntry]:
 def working_tree_path(mirror: Mirror, memory_path: str) -> str:
     """The path a user sees in the working tree for ``memory_path`` (where its file is, if any)."""
     try:
-        return locate(mirror, memory_path) or _encode_path(memory_path)
+        return mirror.worktree.locate(memory_path) or _encode_path(memory_path)
     except MirrorError:
         return _encode_path(memory_path)
 
@@ -290,7 +285,7 @@ class _Execution:
     def _round(self) -> bool:
         """Plan and execute until a plan runs to its end; True when the import that followed the
         push brought changes of another writer the checkout does not have yet (one more round)."""
-        wait_for_index_lock(self.mirror)
+        self.mirror.worktree.wait_for_index_lock()
         base_ref, base = read_base(self.mirror, self.hashes)
         self._remember(base)
         # An imported base is also the remote snapshot when nothing new came in: read it once. (A
@@ -305,8 +300,7 @@ class _Execution:
             remote = self._snapshot(tip)
             # After a re-plan every file is read again: a file saved in the same instant as the stat
             # cache saw it is the one thing that cache cannot tell.
-            scan = scan_worktree(
-                self.mirror,
+            scan = self.mirror.worktree.scan(
                 self.dialect,
                 known=set(base) | set(remote),
                 trust_cache=self.report.attempts == 1,
@@ -367,7 +361,7 @@ class _Execution:
     ) -> bytes:
         if content.side is Side.LOCAL:
             try:
-                return read_worktree(self.mirror, content.path, content.hash)
+                return self.mirror.worktree.read(content.path, content.hash)
             except WorktreeChanged as exc:
                 raise Replan(str(exc)) from None
         snapshot = remote if content.side is Side.REMOTE else base
@@ -549,10 +543,10 @@ class _Execution:
         # Called without changes too: a memory deleted from the store can change the spelling of
         # another file (a file beside a folder that is now gone loses its %_ suffix).
         if changes:
-            wait_for_index_lock(self.mirror)
+            self.mirror.worktree.wait_for_index_lock()
         present = {path: found.tree_path for path, found in scan.files.items()}
         try:
-            warnings = apply_checkout(self.mirror, changes, present=present)
+            warnings = self.mirror.worktree.apply(changes, present=present)
         except WorktreeChanged as exc:
             raise Replan(str(exc)) from None
         self.report.warnings.extend(warnings)
@@ -593,7 +587,7 @@ class _Execution:
         # next cycle these files are a revert (reset to the tip, they would read as plain edits).
         keep_main = any(n.kind is NoticeKind.REVERT_WITHHELD for n in current.notices)
         if tip is not None and not keep_main:
-            wait_for_index_lock(self.mirror)
+            self.mirror.worktree.wait_for_index_lock()
             self.report.kept_commits = reset_main(self.mirror, tip, when=now) or self.report.kept_commits
         # What waits for the user is the state after the last round, not a sum over rounds.
         self.report.rejected, self.report.withheld, self.report.conflicts = [], [], []
@@ -706,7 +700,7 @@ def _predict(
     hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
     base_ref, base = read_base(mirror, hashes)
     remote = {m.path: Entry(m.content_sha256, m.id) for m in client.list_memories(store.id)}
-    scan = scan_worktree(mirror, client.dialect, known=set(base) | set(remote), save_cache=False)
+    scan = mirror.worktree.scan(client.dialect, known=set(base) | set(remote), save_cache=False)
     records = mirror.conflicts.open()
     current = plan(
         snapshot_entries(base),
@@ -762,7 +756,7 @@ def _predicted_outcome(
         return "pull", "remove"
     assert isinstance(action, Merge)
     ancestor = mirror.content(base[action.base.path].blob)
-    mine = read_worktree(mirror, action.local.path, action.local.hash)
+    mine = mirror.worktree.read(action.local.path, action.local.hash)
     memory = client.get_memory(store.id, action.memory_id)
     assert memory.content is not None
     if memory.content_sha256 != action.remote.hash:

@@ -28,16 +28,10 @@ from memsync.mirror import (
     ConflictRecord,
     Mirror,
     SnapshotEntry,
-    apply_checkout,
     commit_snapshot,
-    current_sha256,
     decode_path,
     escape_for_terminal,
-    locate,
     read_base,
-    read_worktree,
-    wait_for_index_lock,
-    worktree_memory_paths,
     write_base,
 )
 from memsync.rules import Dialect, decode_content
@@ -150,7 +144,7 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
                 f"there is no conflict at {escape_for_terminal(target.tree_path)} in {mirror_path};"
                 " memsync status lists the open ones"
             )
-        wait_for_index_lock(mirror)
+        mirror.worktree.wait_for_index_lock()
         outcome, replaced = _apply(mirror, record, choice, dialect)
         _base_from_conflict(mirror, record)
         resolved = mirror.conflicts.end(record, resolution=outcome, replaced=replaced)
@@ -160,7 +154,7 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
 
 def locate_or(mirror_path: Path, target: Target) -> str:
     with Mirror.open(mirror_path) as mirror:
-        return locate(mirror, target.memory_path) or target.tree_path
+        return mirror.worktree.locate(target.memory_path) or target.tree_path
 
 
 def _apply(
@@ -168,7 +162,7 @@ def _apply(
 ) -> tuple[str, bytes | None]:
     """Write the chosen side (or check the edited file): ``(resolution, bytes it overwrote or None)``."""
     path = record.memory_path
-    now = current_sha256(mirror, path)
+    now = mirror.worktree.sha256(path)
     if now == NOT_REGULAR:
         raise UserError(
             f"{escape_for_terminal(path)} is not a regular file in the checkout; replace it with a file first"
@@ -180,8 +174,8 @@ def _apply(
         # Edits made to the file since the conflict was recorded are kept in the resolved record.
         replaced = None
         if now is not None and now not in (record.markers_sha256, record.local_sha256, record.remote_sha256):
-            replaced = read_worktree(mirror, path, now)
-        apply_checkout(mirror, [CheckoutChange(path, data, now)], present=worktree_memory_paths(mirror))
+            replaced = mirror.worktree.read(path, now)
+        mirror.worktree.apply([CheckoutChange(path, data, now)], present=mirror.worktree.memory_paths())
         return choice, replaced
     if choice is not None:
         raise UsageError(f"unknown resolution {choice!r}: use --ours or --theirs, or edit the file")
@@ -192,7 +186,7 @@ def _apply(
             f"{escape_for_terminal(path)} still holds the conflict markers memsync wrote: edit it to the"
             " content you want (or delete it), or run resolve with --ours or --theirs"
         )
-    _check(path, read_worktree(mirror, path, now), dialect)
+    _check(path, mirror.worktree.read(path, now), dialect)
     return "edited", None
 
 

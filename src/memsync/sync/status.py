@@ -23,7 +23,6 @@ from memsync.mirror import (
     commit_snapshot,
     pushed_refs,
     read_base,
-    scan_worktree,
 )
 from memsync.mirror import encode_path as _encode_path
 from memsync.rules import Dialect
@@ -150,7 +149,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
     hashes = BlobHashes(mirror)  # not saved: status writes nothing
     base_ref, base = read_base(mirror, hashes)
     remote = commit_snapshot(mirror, report.tip, hashes)
-    scan = scan_worktree(mirror, dialect, known=set(base) | set(remote), save_cache=False)
+    scan = mirror.worktree.scan(dialect, known=set(base) | set(remote), save_cache=False)
     records = mirror.conflicts.open()
     current = plan(
         snapshot_entries(base),
