@@ -242,6 +242,41 @@ def test_base_commits_round_trip_and_collapse_onto_the_tip(mirror: Mirror) -> No
     assert BlobHashes(mirror).sha256(tip_snapshot["a.md"].blob) == sha(b"a\n")
 
 
+def test_blob_hashes_are_noted_in_the_content_index_which_answers_both_ways(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"hashed for a snapshot\n"
+    blob = mirror.git.create_blob(data)  # no import indexed it
+    reader = BlobHashes(mirror)
+    assert reader.sha256(blob) == sha(data)
+    assert mirror.blob_for_sha256(sha(data)) is None, "a reader (status, a dry run) notes nothing"
+    reader.save()
+    assert mirror.blob_for_sha256(sha(data)) == blob  # SHA-256 -> blob, as an import asks
+    fresh = Mirror.open(mirror.path)
+
+    def unread(blob_id: str) -> bytes:
+        raise AssertionError(f"{blob_id} was read: its hash is noted")
+
+    monkeypatch.setattr(fresh, "content", unread)
+    assert BlobHashes(fresh).sha256(blob) == sha(data)  # blob -> SHA-256, as a snapshot asks
+    fresh.close()
+
+
+def test_a_reader_makes_no_content_index_and_the_old_hash_file_is_retired(mirror: Mirror) -> None:
+    path = mirror.path
+    blob = mirror.git.create_blob(b"x\n")
+    mirror.close()
+    state = path / ".git" / "memsync"
+    (state / "content-index").unlink()
+    x_sha = sha(b"x\n")
+    (state / "blob-sha256").write_text(f"{blob} {x_sha}\n")  # an older memsync's cache
+    (state / "layout-checked").write_text("an older memsync's layout")
+    with Mirror.open(path) as reopened:
+        assert not (state / "blob-sha256").exists()
+        assert BlobHashes(reopened).sha256(blob) == x_sha
+        assert not (state / "content-index").exists()
+
+
 def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(
     mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,10 +1,14 @@
-"""Which blob holds the content with a given SHA-256: ``.git/memsync/content-index``.
+"""Which blob holds the content with a given SHA-256, and back: ``.git/memsync/content-index``.
 
-The engine asks before fetching a version's content; a hit saves a request. The index is an SQLite
-database, one row per content (32-byte SHA-256, 20-byte blob id) and one marker row: the commit up
-to which everything imported is indexed. SQLite rather than a dictionary in memory: a mirror's
-index grows with its history (100,000 versions made ~35 MiB of Python objects), while a query
-costs a few microseconds and the process stays at SQLite's page cache whatever the store's size.
+The engine asks before fetching a version's content; a hit saves a request. The push engine asks the
+other way round (a blob's SHA-256 is the API's ``content_sha256``), for every file of the snapshots
+it compares. Both are one relation (a blob id and a SHA-256 each name the same bytes), so one table
+answers both. The index is an SQLite database, one row per content (32-byte SHA-256, 20-byte blob
+id, indexed both ways) and one marker row: the commit up to which everything imported is indexed;
+rows noted outside an import (what a push wrote, hashes computed for snapshots) sit beside them.
+SQLite rather than a dictionary in memory: a mirror's index grows with its history (100,000
+versions made ~35 MiB of Python objects), while a query costs a few microseconds and the process
+stays at SQLite's page cache whatever the store's size.
 
 A batch's entries and its marker are committed in one transaction, so a kill leaves the index at
 a batch boundary. The index is a cache: every answer is checked against the object store, and when
@@ -21,22 +25,23 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from memsync.errors import storage_error
+from memsync.errors import MirrorError, storage_error
 from memsync.mirror.errors import FormatError
 from memsync.mirror.gitstore import GitStore, blob_at
 from memsync.mirror.trailers import parse_message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the blob index (an index of schema 1 gains it on open)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS content (sha256 BLOB PRIMARY KEY, blob BLOB NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS content_by_blob ON content (blob);
 CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit_id TEXT NOT NULL);
 """
 
 
 class ContentIndex:
-    """The index of one mirror; ``store`` may be None for :func:`note_contents`, which reads no history."""
+    """The index of one mirror, whose history ``store`` holds."""
 
-    def __init__(self, store: GitStore | None, path: Path) -> None:
+    def __init__(self, store: GitStore, path: Path) -> None:
         self._store = store
         self._path = path
         self._db: sqlite3.Connection | None = None
@@ -51,8 +56,23 @@ class ContentIndex:
         """The blob id for ``sha256`` if the object store has it, after catching up to ``tip``."""
         self._catch_up(tip)
         blob = self._get(sha256)
-        assert self._store is not None
         return blob if blob is not None and self._store.has_object(blob) else None
+
+    def sha256_of(self, blob: str) -> str | None:
+        """The SHA-256 of ``blob``'s bytes, if a row has it (no history is read for it)."""
+        if self._db is None and not self._path.exists():
+            return None  # a reader (memsync status) makes no index; the blob is hashed instead
+        try:
+            key = bytes.fromhex(blob)
+            row = self._connection().execute("SELECT sha256 FROM content WHERE blob = ?", (key,)).fetchone()
+        except (ValueError, OSError, sqlite3.Error, MirrorError):
+            return None  # a cache that cannot be read (a read-only mirror): hashed instead
+        return bytes(row[0]).hex() if row else None
+
+    def note(self, entries: Mapping[str, str]) -> None:
+        """Add ``sha256 -> blob`` rows learnt outside an import; the marker stays where it is."""
+        if entries:
+            self._commit(entries.items(), None)
 
     def record(self, previous: str | None, tip: str, entries: Mapping[str, str]) -> None:
         """Add what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.
@@ -83,14 +103,16 @@ class ContentIndex:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"content index schema {version}")
             db.execute("PRAGMA synchronous = NORMAL")
             # A lookup reads a few interior pages (kept) and one leaf: SQLite's default 2 MiB cache
             # would only fill with leaves of large indexes, memory that grows with the store.
             db.execute("PRAGMA cache_size = -512")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version != SCHEMA_VERSION:
+                # Only then: a reader (a dry run, memsync status) must not write the file.
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             row = db.execute("SELECT commit_id FROM marker WHERE id = 1").fetchone()
         except sqlite3.DatabaseError:
             db.close()
@@ -140,13 +162,11 @@ class ContentIndex:
         if tip is None or self._covered == tip:
             return
         since = self._covered
-        assert self._store is not None
         if since is not None and not self._store.is_ancestor(since, tip):
             since = None
         self._commit(self._index_history(tip, since), tip, reset=since is None)
 
     def _index_history(self, tip: str, since: str | None) -> Iterable[tuple[str, str]]:
-        assert self._store is not None
         for commit in self._store.walk(tip, since=since, oldest_first=True):
             try:
                 trailers = parse_message(commit.message, str(commit.id))
@@ -157,16 +177,3 @@ class ContentIndex:
             blob = blob_at(commit.tree, trailers.memory_path)
             if blob is not None:
                 yield hashlib.sha256(blob.data).hexdigest(), str(blob.id)
-
-
-def note_contents(path: Path, entries: Mapping[str, str]) -> None:
-    """Add ``sha256 -> blob`` entries for blobs written outside an import (what a push sent), so the
-    import of those versions does not fetch them again. The marker stays where it is; a missing
-    index is left to be rebuilt from history instead."""
-    if not entries or not path.exists():
-        return
-    index = ContentIndex(None, path)
-    try:
-        index._commit(entries.items(), None)
-    finally:
-        index.close()

@@ -100,8 +100,11 @@ _CONFIG: dict[str, str] = {
     "branch.main.merge": "refs/heads/main",
     "memsync.mirrorformat": MIRROR_FORMAT,
 }
+# State files of older memsyncs, removed by the layout check ("blob-sha256": the content index
+# answers blob -> SHA-256 too).
+_RETIRED_STATE = ("blob-sha256",)
 _LAYOUT_DIGEST = hashlib.sha256(
-    json.dumps([_CONFIG, EXCLUDE_BLOCK, ATTRIBUTES_BLOCK, MIRROR_FORMAT]).encode("utf-8")
+    json.dumps([_CONFIG, EXCLUDE_BLOCK, ATTRIBUTES_BLOCK, MIRROR_FORMAT, _RETIRED_STATE]).encode("utf-8")
 ).hexdigest()[:16]
 
 
@@ -254,6 +257,8 @@ class Mirror:
             if fingerprint is not None and stamp.read_text(encoding="ascii") == fingerprint:
                 return
         self.state_dir.mkdir(exist_ok=True)
+        for name in _RETIRED_STATE:
+            (self.state_dir / name).unlink(missing_ok=True)
         upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
         wrote = self.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         # Taken before the check, the fingerprint is only noted when the check changed nothing: an
@@ -313,6 +318,15 @@ class Mirror:
     def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
         # A writer knows the tip it flushed last: no ref read per content asked about.
         return self._content.lookup(sha256.lower(), tip)
+
+    def noted_sha256(self, blob: str) -> str | None:
+        """The SHA-256 of ``blob``'s bytes if the content index has it (else: hash the blob)."""
+        return self._content.sha256_of(blob)
+
+    def note_contents(self, entries: Mapping[str, str]) -> None:
+        """Note ``sha256 -> blob`` pairs learnt outside an import (what a push wrote, hashes
+        computed for snapshots): the import of those versions fetches nothing."""
+        self._content.note(entries)
 
     def paths(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""

@@ -21,8 +21,8 @@ and its message lists the memory id of every file::
 Paths there are spelt like trailers (C-quoted when needed), so no path can add a line. Nothing but
 memsync reads or moves this ref; ``git gc`` keeps the commit alive through it.
 
-The SHA-256 of a blob never changes, so it is cached for good in ``.git/memsync/blob-sha256``
-(``<blob id> <sha256>`` lines, append-only); a damaged line is simply recomputed.
+The SHA-256 of a blob never changes, so it is noted for good in the content index
+(:mod:`memsync.mirror.contentindex`), which answers both ways.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 import pygit2
 
 from memsync.errors import MirrorError
-from memsync.mirror.contentindex import note_contents
 from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import quote_for_message, unquote_from_message
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 BASE_FORMAT_TRAILER = "Memsync-Base: 1"
 _BASE_SUMMARY = "memsync base"
-_HASH_CACHE = "blob-sha256"
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
@@ -64,51 +62,30 @@ class SnapshotEntry:
 
 
 class BlobHashes:
-    """``blob id -> sha256`` for the mirror's blobs, cached on disk (blobs are immutable)."""
+    """``blob id -> sha256`` for the mirror's blobs: the content index's answer, else computed.
+    What was computed is noted in the index by :meth:`save` (status and dry runs do not save)."""
 
     def __init__(self, mirror: Mirror) -> None:
         self._mirror = mirror
-        self._file = mirror.state_dir / _HASH_CACHE
-        self._known: dict[str, str] | None = None
         self._new: dict[str, str] = {}
 
-    def _load(self) -> dict[str, str]:
-        if self._known is None:
-            known: dict[str, str] = {}
-            try:
-                with open(self._file, encoding="ascii", errors="replace") as source:
-                    for line in source:
-                        blob, _, sha = line.strip().partition(" ")
-                        if len(blob) == 40 and len(sha) == 64:
-                            known[blob] = sha
-            except FileNotFoundError:
-                pass
-            self._known = known
-        return self._known
-
     def sha256(self, blob: str) -> str:
-        found = self._load().get(blob)
+        found = self._new.get(blob) or self._mirror.noted_sha256(blob)
         if found is None:
-            found = hashlib.sha256(self._mirror.git.read_blob(blob)).hexdigest()
+            found = hashlib.sha256(self._mirror.content(blob)).hexdigest()
             self.learn(blob, found)
         return found
 
     def learn(self, blob: str, sha256: str) -> None:
         """Record ``blob``'s hash (computed here, or from the bytes memsync just wrote it from)."""
-        known = self._load()
-        if blob not in known:
-            known[blob] = sha256
-            self._new[blob] = sha256
+        self._new.setdefault(blob, sha256)
 
     def save(self) -> None:
-        """Append what was learnt; a cache, so a failed write costs only recomputing later."""
+        """Note what was learnt; a cache, so a failed write costs only hashing again later."""
         if not self._new:
             return
-        try:
-            with open(self._file, "a", encoding="ascii") as out:
-                out.write("".join(f"{blob} {sha}\n" for blob, sha in self._new.items()))
-        except OSError:
-            return
+        with contextlib.suppress(MirrorError):
+            self._mirror.note_contents({sha: blob for blob, sha in self._new.items()})
         self._new = {}
 
 
@@ -269,6 +246,6 @@ def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
     """
     sha = hashlib.sha256(data).hexdigest()
     blob = mirror.git.create_blob(data)
-    note_contents(mirror.state_dir / "content-index", {sha: blob})
+    mirror.note_contents({sha: blob})
     hashes.learn(blob, sha)
     return blob
