@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsync.mirror import Mirror, VersionRecord, rewrite_redacted, superseded_commits
+from memsync.mirror import Mirror, VersionRecord, rewrite_redacted
+from memsync.mirror.rewrite import superseded_commits
 from tests.mirror.oracle import fsck, git, record
 from tests.mirror.test_history_model import operations, play
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from memsync.api import Client, open_client
 from memsync.errors import RuleViolation
-from memsync.mirror import decode_path, decode_paths, encode_path, encode_paths
+from memsync.mirror import decode_path, encode_path, encode_paths
+from memsync.mirror.paths import decode_paths
 from memsync.rules import (
     Dialect,
     check_content,

@@ -14,15 +14,8 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import UnsafeInput
-from memsync.mirror import (
-    FormatError,
-    HistoryFacts,
-    Mirror,
-    RedactedCommit,
-    VersionRecord,
-    inferred_version_id,
-    rewrite_redacted,
-)
+from memsync.mirror import FormatError, Mirror, VersionRecord, inferred_version_id, rewrite_redacted
+from memsync.mirror.history import HistoryFacts, RedactedCommit
 from memsync.mirror.trailers import Trailers, format_message, parse_message
 from tests.mirror.oracle import T0, fsck, git, record
 

@@ -10,21 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsync.mirror import (
-    PathEncodingError,
-    decode_path,
-    decode_paths,
-    encode_path,
-    encode_paths,
-    escape_for_terminal,
-    quote_for_message,
-    suggest_tree_path,
-)
+from memsync.mirror import PathEncodingError, decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.paths import (
     HFS_IGNORABLE,
     NAME_MAX,
     Spelling,
+    decode_paths,
+    quote_for_message,
     read_spelling,
+    suggest_tree_path,
     tree_layout_problems,
     unquote_from_message,
 )

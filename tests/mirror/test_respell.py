@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memsync.mirror import Mirror, VersionRecord, respell_history, respelling_due, superseded_commits
+from memsync.mirror import Mirror, VersionRecord, respell_history
+from memsync.mirror.rewrite import respelling_due, superseded_commits
 from tests.mirror.oracle import fsck, git, record
 
 HISTORY = [

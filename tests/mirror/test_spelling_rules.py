@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memsync.errors import UnsafeInput
-from memsync.mirror import Mirror, decode_path, decode_paths, encode_path, encode_paths
+from memsync.mirror import Mirror, decode_path, encode_path, encode_paths
 from memsync.mirror.fastimport import Move, Put, Remove
 from memsync.mirror.folding import TABLE_FILE, UNICODE_VERSION, build_table, fold
 from memsync.mirror.history import PathMap, TreeChanges
-from memsync.mirror.paths import NAME_MAX, Spelling, read_spelling, tree_layout_problems
+from memsync.mirror.paths import NAME_MAX, Spelling, decode_paths, read_spelling, tree_layout_problems
 from tests.mirror.oracle import fsck, git, record
 from tests.mirror.test_history import NewMirror, tree_listing, write
 

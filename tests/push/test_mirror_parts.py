@@ -24,10 +24,9 @@ from memsync.mirror import (
     keep_base_ids,
     read_base,
     reset_main,
-    whole_file_markers,
     write_base,
 )
-from memsync.mirror.conflicts import ref_name
+from memsync.mirror.conflicts import ref_name, whole_file_markers
 from memsync.rules import MAX_CONTENT_BYTES, Dialect
 from tests.mirror.oracle import fsck, git, record
 

@@ -8,52 +8,18 @@ engine it reads snapshots of commits and of the working tree, writes the checkou
 records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
 """
 
-from memsync.mirror.backups import (
-    BackupRepository,
-    BackupTarget,
-    ImportedCommit,
-    PushResult,
-    push_mirror,
-)
+from memsync.mirror.backups import BackupRepository, BackupTarget, ImportedCommit, PushResult, push_mirror
 from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
 from memsync.mirror.clone import configure_clone, copy_history, discard_local, stage_commit
-from memsync.mirror.conflicts import (
-    ConflictRecord,
-    Merger,
-    whole_file_markers,
-)
+from memsync.mirror.conflicts import ConflictRecord, Merger
 from memsync.mirror.errors import FormatError, PathEncodingError, RefMoved
 from memsync.mirror.fastimport import blob_id
 from memsync.mirror.gitstore import clear_stale_locks
-from memsync.mirror.history import (
-    DEFAULT_AUTHOR_EMAIL,
-    DEFAULT_AUTHOR_NAME,
-    HistoryFacts,
-    HistoryWriter,
-    RedactedCommit,
-    VersionRecord,
-)
-from memsync.mirror.ignores import TEMPORARIES
+from memsync.mirror.history import HistoryWriter, VersionRecord
 from memsync.mirror.origin import Origin, read_origin
-from memsync.mirror.paths import (
-    decode_path,
-    decode_paths,
-    encode_path,
-    encode_paths,
-    escape_for_terminal,
-    quote_for_message,
-    suggest_tree_path,
-    tree_layout_problems,
-)
+from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.repository import ImportedVersion, Mirror
-from memsync.mirror.rewrite import (
-    defer_rewrite,
-    respell_history,
-    respelling_due,
-    rewrite_pending,
-    rewrite_redacted,
-    superseded_commits,
-)
+from memsync.mirror.rewrite import defer_rewrite, respell_history, rewrite_pending, rewrite_redacted
 from memsync.mirror.snapshots import (
     BlobHashes,
     SnapshotEntry,
@@ -65,7 +31,6 @@ from memsync.mirror.snapshots import (
 )
 from memsync.mirror.trailers import Operation, inferred_version_id
 from memsync.mirror.view import (
-    Identity,
     StoreCommit,
     View,
     ViewCommit,
@@ -74,28 +39,17 @@ from memsync.mirror.view import (
     view_folder_name,
     view_path,
 )
-from memsync.mirror.worktree import (
-    NOT_REGULAR,
-    CheckoutChange,
-    Worktree,
-    WorktreeChanged,
-    WorktreeScan,
-)
+from memsync.mirror.worktree import NOT_REGULAR, CheckoutChange, Worktree, WorktreeChanged, WorktreeScan
 
 __all__ = [
-    "DEFAULT_AUTHOR_EMAIL",
-    "DEFAULT_AUTHOR_NAME",
     "NOT_REGULAR",
-    "TEMPORARIES",
     "BackupRepository",
     "BackupTarget",
     "BlobHashes",
     "CheckoutChange",
     "ConflictRecord",
     "FormatError",
-    "HistoryFacts",
     "HistoryWriter",
-    "Identity",
     "ImportedCommit",
     "ImportedVersion",
     "Merger",
@@ -104,7 +58,6 @@ __all__ = [
     "Origin",
     "PathEncodingError",
     "PushResult",
-    "RedactedCommit",
     "RefMoved",
     "SnapshotEntry",
     "StoreCommit",
@@ -120,7 +73,6 @@ __all__ = [
     "configure_clone",
     "copy_history",
     "decode_path",
-    "decode_paths",
     "defer_rewrite",
     "discard_local",
     "encode_path",
@@ -132,22 +84,16 @@ __all__ = [
     "main_rewind",
     "push_mirror",
     "pushed_refs",
-    "quote_for_message",
     "read_base",
     "read_history",
     "read_origin",
     "reset_main",
     "respell_history",
-    "respelling_due",
     "rewrite_pending",
     "rewrite_redacted",
     "stage_commit",
     "store_blob",
-    "suggest_tree_path",
-    "superseded_commits",
-    "tree_layout_problems",
     "view_folder_name",
     "view_path",
-    "whole_file_markers",
     "write_base",
 ]
