@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pygit2
 
+from memsync.mirror.branch import align_index
 from memsync.mirror.errors import translated
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.gitstore import GitStore
@@ -58,10 +59,11 @@ def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
     return tip
 
 
-def discard_local(mirror: Path) -> None:
+def discard_local(mirror: Path, *, files: bool = True) -> None:
     """Put the mirror at ``mirror`` back where its imported history is: open conflicts closed (each
-    kept under ``refs/memsync/resolved/``), ``main`` and the base at ``memstore/main``, the working
-    tree and the index holding its files.
+    kept under ``refs/memsync/resolved/``), ``main``, the base and the index at ``memstore/main``,
+    and (``files``) the working tree holding its files. ``files=False`` when the caller writes the
+    working tree next (:func:`stage_commit`).
 
     A clone's private mirror after a push that did not go through: the clone holds the user's work
     and merges there, as git users do, so the private mirror keeps no edit or conflict of its own
@@ -70,24 +72,25 @@ def discard_local(mirror: Path) -> None:
     with Mirror.open(mirror) as repo:
         for record in repo.conflicts.open().values():
             repo.conflicts.end(record, resolution="discarded: the clone that pushed merges it")
-        tip = repo.git.ref_target(MEMSTORE_REF)
+        tip = repo.tip()
         for ref in (MAIN_REF, BASE_REF):
             current = repo.git.ref_target(ref)
             if tip is None and current is not None:
                 repo.git.delete_ref_if_equals(ref, current)
             elif tip is not None and current != tip:
                 repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
-        if tip is None:
-            _clear_worktree(mirror)
-        else:
-            stage_commit(mirror / ".git", tip, mirror)
-        index = repo.git.index()
-        with translated("resetting the index"):
+        if files:
             if tip is None:
-                index.clear()
+                _clear_worktree(mirror)
             else:
-                index.read_tree(repo.git.tree(tip))
-            index.write()
+                stage_commit(mirror / ".git", tip, mirror)
+        if tip is not None:
+            align_index(repo, tip)
+        else:
+            index = repo.git.index()
+            with translated("resetting the index"):
+                index.clear()
+                index.write()
 
 
 def _clear_worktree(mirror: Path) -> None:

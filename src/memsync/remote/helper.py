@@ -257,8 +257,9 @@ class RemoteHelper:
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
         if tip is not None:
-            # What a push cut short left (a kill between writes) is the clone's to merge, not ours.
-            discard_local(self.mirror)
+            # What a push cut short left (a kill between writes) is the clone's to merge, not ours;
+            # the files are the pushed commit's next.
+            discard_local(self.mirror, files=False)
         problems = stage_commit(self.git_dir, commit, self.mirror)
         share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
