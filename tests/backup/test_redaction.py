@@ -132,6 +132,7 @@ def test_a_rewrite_killed_anywhere_is_finished_by_the_next_full_scan(
     assert (repo / "notes.md").read_text() == "my unpushed edit\n"
     assert pull_store(client, store, tmp_path / "fresh").ok
     assert commits(repo) == commits(tmp_path / "fresh" / store.id)
-    assert not Path(repo / ".git" / "memsync" / "rewrite-pending").exists()
-    assert Mirror.open(repo).git.ref_target("refs/memsync-rewrite/memstore") is None
+    with Mirror.open(repo) as reopened:
+        assert reopened.git.state.get("rewrite-pending") is None
+        assert reopened.git.ref_target("refs/memsync-rewrite/memstore") is None
     git(repo, "fsck", "--strict")

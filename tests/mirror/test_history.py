@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 import subprocess
@@ -267,27 +268,40 @@ def test_content_is_reused_by_hash_without_being_passed_again(new_mirror: NewMir
         write(mirror, [record(5, "mem_e", "created", "e.md", None, sha="1" * 64)])
 
 
-def test_the_content_index_is_rebuilt_and_caught_up_from_history(new_mirror: NewMirror) -> None:
+def test_the_content_index_is_rebuilt_and_caught_up_from_history(
+    new_mirror: NewMirror, caplog: pytest.LogCaptureFixture
+) -> None:
     mirror = new_mirror()
     write(mirror, HISTORY[:4])
-    index = mirror.state_dir / "content-index"
-    kept = index.read_bytes()
+    state = mirror.state_dir / "state.sqlite"
+    mirror.close()
+    kept = state.read_bytes()
+    mirror = Mirror.open(mirror.path)
     write(mirror, HISTORY[4:])
     mirror.close()
-    index.write_bytes(kept)  # as if killed between the ref update and the index's commit
+    state.write_bytes(kept)  # as if killed between the ref update and the index's commit
     with Mirror.open(mirror.path) as reopened:
         assert reopened.blob_for_sha256(hashlib.sha256(b"new\n").hexdigest()) is not None
     every = (b"alpha\n", b"percent\n", b"still a file\n", b"new\n")
-    # Missing, an older memsync's text index, or garbage: each is rebuilt from history.
-    for damage in (None, b"memsync-content-index 1\n" + b"0" * 64 + b" " + b"1" * 40 + b"\n", b"\0junk" * 99):
+    # Missing (beside an older memsync's text index, which goes), or garbage (set aside, and said):
+    # each is rebuilt from history.
+    legacy = mirror.state_dir / "content-index"
+    for damage in (None, b"\0junk" * 99):
         if damage is None:
-            index.unlink()
+            state.unlink()
+            legacy.write_bytes(b"memsync-content-index 1\n" + b"0" * 64 + b" " + b"1" * 40 + b"\n")
         else:
-            index.write_bytes(damage)
-        with Mirror.open(mirror.path) as reopened:
+            state.write_bytes(damage)
+        with (
+            caplog.at_level(logging.WARNING, logger="memsync.mirror.state"),
+            Mirror.open(mirror.path) as reopened,
+        ):
             for content in every:
                 assert reopened.blob_for_sha256(hashlib.sha256(content).hexdigest()) is not None
             assert reopened.blob_for_sha256("0" * 64) is None
+        assert not legacy.exists()
+    assert (mirror.state_dir / "state.sqlite.damaged").read_bytes() == b"\0junk" * 99
+    assert "state.sqlite.damaged" in caplog.text and "memsync verify" in caplog.text
 
 
 def test_redacted_versions_keep_or_replace_the_file(new_mirror: NewMirror) -> None:
@@ -329,14 +343,13 @@ def test_the_path_map_is_rebuilt_from_trailers_alone(new_mirror: NewMirror) -> N
     mirror = new_mirror()
     write(mirror, HISTORY)
     expected = mirror.paths()
-    (mirror.state_dir / "paths.json").unlink()
+    mirror.git.state.drop_caches("paths")
     assert Mirror.open(mirror.path).paths() == expected
     # A stale cache (an older tip) is caught up by replaying only the newer commits.
     write(mirror, [record(12, "mem_g", "created", "g.md", b"g\n")])
-    paths_file = mirror.state_dir / "paths.json"
-    fresh = paths_file.read_text()
+    fresh = mirror.git.state.get("paths")
     write(mirror, [record(13, "mem_h", "created", "h.md", b"h\n")])
-    paths_file.write_text(fresh)
+    mirror.git.state.put("paths", fresh)
     assert Mirror.open(mirror.path).paths() == {**expected, "g.md": "mem_g", "h.md": "mem_h"}
     # And the history at an older commit.
     first = git(mirror.path, "rev-list", "--reverse", "refs/remotes/memstore/main").split()[0]

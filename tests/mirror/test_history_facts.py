@@ -165,10 +165,10 @@ def test_the_facts_the_writer_keeps_equal_a_walk_of_the_history(tmp_path: Path) 
         ("memver_0002", "mem_s", True),
         ("memver_0004", "mem_b", False),
     ]
-    (mirror.state_dir / "history-facts.json").unlink()
+    mirror.git.state.put("history-facts", None)
     walked = mirror.facts(save=False)
     assert walked == kept
-    assert not (mirror.state_dir / "history-facts.json").exists(), "save=False writes nothing"
+    assert mirror.git.state.get("history-facts") is None, "save=False writes nothing"
     # A mirror whose facts were never cached gets them from one walk, then extends them batch by batch.
     write(mirror.path, [record(6, "mem_s", "updated", "s.md", b"clean\n")])
     assert mirror.facts() == walked

@@ -98,7 +98,7 @@ def test_random_histories_match_the_model(
     }
     assert mirror.paths() == {path: memory for memory, (path, _) in live.items()}
     # The map rebuilt from the trailers alone agrees with the writer's.
-    (mirror.state_dir / "paths.json").unlink()
+    mirror.git.state.drop_caches("paths")
     assert Mirror.open(mirror.path).paths() == mirror.paths()
     # Determinism: another mirror, other batch sizes, same commits.
     other = Mirror.init(base / "two")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from memsync.mirror import Mirror, VersionRecord, respell_history
 from memsync.mirror.rewrite import respelling_due, superseded_commits
+from memsync.mirror.state import CACHES
 from tests.mirror.oracle import fsck, git, record
 
 HISTORY = [
@@ -47,9 +48,7 @@ def spell_as_format_1(mirror: Mirror) -> None:
         git(mirror.path, "update-ref", name, tip)
     git(mirror.path, "reset", "-q", "--hard", "main")
     git(mirror.path, "clean", "-qfd")
-    for cache in mirror.state_dir.iterdir():
-        if cache.is_file():
-            cache.unlink()
+    mirror.git.state.drop_caches(*CACHES, content_index=True)
 
 
 def test_an_old_mirror_is_respelled_to_a_fresh_imports_commits(tmp_path: Path) -> None:
@@ -88,7 +87,7 @@ def test_an_old_mirror_is_respelled_to_a_fresh_imports_commits(tmp_path: Path) -
 def test_a_mirror_that_needs_no_new_rule_keeps_its_commits(tmp_path: Path) -> None:
     mirror = write(tmp_path / "m", [HISTORY[0], HISTORY[1]])
     tip = mirror.tip()
-    (mirror.state_dir / "spelling-rules").unlink(missing_ok=True)
+    mirror.git.state.put("spelling-rules", None)
     assert respell_history(mirror) is None
     assert mirror.tip() == tip and not respelling_due(mirror)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -261,19 +262,21 @@ def test_blob_hashes_are_noted_in_the_content_index_which_answers_both_ways(
     fresh.close()
 
 
-def test_a_reader_makes_no_content_index_and_the_old_hash_file_is_retired(mirror: Mirror) -> None:
+def test_a_reader_adds_no_content_rows_and_older_state_files_are_retired(mirror: Mirror) -> None:
     path = mirror.path
     blob = mirror.git.create_blob(b"x\n")
     mirror.close()
     state = path / ".git" / "memsync"
-    (state / "content-index").unlink()
+    (state / "state.sqlite").unlink()
     x_sha = sha(b"x\n")
-    (state / "blob-sha256").write_text(f"{blob} {x_sha}\n")  # an older memsync's cache
+    (state / "blob-sha256").write_text(f"{blob} {x_sha}\n")  # an older memsync's caches
     (state / "layout-checked").write_text("an older memsync's layout")
+    (state / "content-index").write_text("an older memsync's index")
     with Mirror.open(path) as reopened:
-        assert not (state / "blob-sha256").exists()
+        assert not (state / "blob-sha256").exists() and not (state / "content-index").exists()
         assert BlobHashes(reopened).sha256(blob) == x_sha
-        assert not (state / "content-index").exists()
+    with sqlite3.connect(state / "state.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM content").fetchone() == (0,)
 
 
 def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(

@@ -31,7 +31,6 @@ versions with the blob each one wrote, and the metadata branch.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -67,10 +66,6 @@ _ENV_REFERENCE = re.compile(
     r"^\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$"
 )
 _DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-# Targets whose refs a push replaced or deleted and that are not pruned (or warned about) yet, in the
-# mirror's .git/memsync/: a push killed before its prune leaves refs up to date, so only this note
-# tells the next run that the replaced objects are still in the backup.
-PRUNE_NOTE = "backup-prune-pending"
 # A local backup repository is made at ".<name>.memsync-tmp-<pid>" beside its path, then renamed.
 
 
@@ -383,29 +378,17 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
 
 
 def _prune_owed(mirror: Mirror) -> set[str]:
-    """Targets (by display) whose replaced objects an interrupted push left unpruned."""
-    try:
-        found = json.loads((mirror.state_dir / PRUNE_NOTE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return set()  # written whole (os.replace), so only a hand-edited note fails to parse
+    """Targets (by display) whose replaced objects an interrupted push left unpruned: the state's
+    ``backup-prune-pending`` intent, because a push killed before its prune leaves refs up to date,
+    so only this note tells the next run that the replaced objects are still in the backup."""
+    found = mirror.git.state.get("backup-prune-pending")
     return {item for item in found if isinstance(item, str)} if isinstance(found, list) else set()
 
 
 def _note_prune(mirror: Mirror, display: str, *, owed: bool) -> None:
     owing = _prune_owed(mirror)
-    if (display in owing) is owed:
-        return
     owing = owing | {display} if owed else owing - {display}
-    note = mirror.state_dir / PRUNE_NOTE
-    if not owing:
-        note.unlink(missing_ok=True)
-        return
-    partial = note.with_name(f"{PRUNE_NOTE}.{os.getpid()}.tmp")
-    with open(partial, "w", encoding="utf-8") as out:
-        json.dump(sorted(owing), out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(partial, note)
+    mirror.git.state.put("backup-prune-pending", sorted(owing) or None)
 
 
 def _remote_heads(mirror: Mirror, target: BackupTarget) -> dict[str, str]:

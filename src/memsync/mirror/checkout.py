@@ -11,9 +11,9 @@ reverse change), then ``refs/memsync/base``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,7 @@ from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, Repositor
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitstore import make_durable, replace_file, sync_folder
+from memsync.mirror.gitstore import make_durable, replace_file
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 
@@ -146,12 +146,10 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     return True
 
 
-# The intent of a checkout in progress: {"from": main's commit, "to": the tip}. Written before
-# libgit2 writes a file, removed once it wrote them all; a kill, a full disk or any error in between
-# leaves it, and the next run holding the store's lock (so no checkout of ours can be running)
-# rolls the working tree back by it. "checkout-pid" is an older memsync's mark: the same meaning.
-_CHECKOUT_MARK = "checkout-intent"
-_OLD_CHECKOUT_MARK = "checkout-pid"
+# The state's "checkout" intent: {"from": main's commit, "to": the tip, "started": a time}. Noted
+# before libgit2 writes a file, removed once it wrote them all; a kill, a full disk or any error in
+# between leaves it, and the next run holding the store's lock (so no checkout of ours can be
+# running) rolls the working tree back by it.
 
 
 def _marked_checkout(
@@ -164,10 +162,8 @@ def _marked_checkout(
     paths: list[str] | None = None,
 ) -> None:
     """libgit2's checkout of ``tree`` (never over an ignored file) from main's commit to the tip
-    (``intent``), with the intent on disk until every file is written (see :data:`_CHECKOUT_MARK`)."""
-    mark = mirror.state_dir / _CHECKOUT_MARK
-    mark.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(mark, json.dumps({"from": intent[0], "to": intent[1]}).encode("ascii"))
+    (``intent``), with the intent noted until every file is written (the state's ``checkout``)."""
+    mirror.state.put("checkout", {"from": intent[0], "to": intent[1], "started": time.time()})
     mirror.checkout(
         tree,
         strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
@@ -178,17 +174,15 @@ def _marked_checkout(
     # came back empty or short must still be memsync's to settle, never taken for the user's edit.
     written = paths if paths is not None else _changed_paths(mirror, intent[0], intent[1])
     make_durable(mirror.workdir, written)
-    mark.unlink()
-    sync_folder(mark.parent)
+    mirror.state.put("checkout", None)
 
 
 def _killed_checkout(mirror: GitStore) -> float | None:
     """When a checkout of this mirror stopped part way: the time it started, else None. The caller
     holds the store's lock, so no checkout of ours is running now: a mark left is an interrupted one."""
-    for name in (_CHECKOUT_MARK, _OLD_CHECKOUT_MARK):
-        with contextlib.suppress(OSError):
-            return (mirror.state_dir / name).stat().st_mtime
-    return None
+    intent = mirror.state.get("checkout")
+    started = intent.get("started") if isinstance(intent, dict) else None
+    return float(started) if isinstance(started, int | float) else None
 
 
 def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
@@ -209,12 +203,8 @@ def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
     started = _killed_checkout(mirror)
     if started is None:
         return ()
-    mark = mirror.state_dir / _CHECKOUT_MARK
-    try:
-        intent = json.loads(mark.read_text(encoding="ascii"))
-        old, new = intent["from"], intent["to"]
-    except (OSError, ValueError, KeyError, TypeError):
-        old = new = None  # an older memsync's mark, or a mark cut short: nothing to settle by
+    intent = mirror.state.get("checkout")
+    old, new = intent.get("from"), intent.get("to")
     kept: list[str] = []
     if new is not None:
         lock = mirror.git_dir / "index.lock"
@@ -229,8 +219,7 @@ def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
                 len(kept),
                 ", ".join(escape_for_terminal(path) for path in kept[:10]),
             )
-    for name in (_CHECKOUT_MARK, _OLD_CHECKOUT_MARK):
-        (mirror.state_dir / name).unlink(missing_ok=True)
+    mirror.state.put("checkout", None)
     return tuple(kept)
 
 

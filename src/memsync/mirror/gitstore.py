@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import sys
@@ -28,6 +27,7 @@ from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import SCRATCH_REF, FastImport
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.paths import decode_path, segment_spellings
+from memsync.mirror.state import State
 from memsync.processes import process_alive
 
 # libgit2 fsyncs the objects, refs and index it writes in a repository's git folder, as git does with
@@ -43,7 +43,6 @@ SEALED_BYTES = 4 << 20
 # window. core.deltaBaseCacheLimit: git's cache of inflated delta bases, 96 MiB by default, held a
 # merge at 100,000 versions 67 MiB above what 1 MiB costs it, in no measurable extra time.
 PACK_OBJECTS = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "pack-objects"]
-PACKS_FILE = "packs.json"  # {"sealed": [pack file names], "tips": [what the refs pointed at then]}
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
@@ -84,9 +83,11 @@ class GitStore:
         self.git_dir = Path(repo.path)
         self.objects_dir = self.git_dir / "objects"
         self.state_dir = self.git_dir / "memsync"
+        self.state = State(self.state_dir)
 
     def close(self) -> None:
-        """Release the repository's files (pack handles and maps); unusable after."""
+        """Release the repository's files (pack handles, maps, the state database); unusable after."""
+        self.state.close()
         self._repo.free()
 
     def reopen(self) -> None:
@@ -558,16 +559,15 @@ class GitStore:
         return sorted(tips)
 
     def _packs_record(self) -> tuple[list[str], list[str]]:
+        """The packs sealed by the last repack, and what the refs pointed at then."""
         try:
-            record = json.loads((self.state_dir / PACKS_FILE).read_text(encoding="utf-8"))
+            record = self.state.get("packs")
             return [str(p) for p in record["sealed"]], [str(t) for t in record["tips"]]
-        except (OSError, ValueError, TypeError, KeyError):
+        except (TypeError, KeyError):
             return [], []
 
     def _save_packs_record(self, sealed: list[str], tips: list[str]) -> None:
-        replace_file(
-            self.state_dir / PACKS_FILE, json.dumps({"sealed": sealed, "tips": tips}).encode(), durable=False
-        )
+        self.state.put("packs", {"sealed": sealed, "tips": tips})
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
         """Expire reflogs and prune every object nothing reaches (content that must leave for good).

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -27,7 +26,6 @@ from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
 from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
 from memsync.mirror.folding import fold
-from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import (
     MAX_TREE_PATH_BYTES,
     Spelling,
@@ -50,9 +48,8 @@ from memsync.mirror.trailers import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from memsync.mirror.gitstore import GitStore
+    from memsync.mirror.state import State
 
 # The identity of versions no actor is known for (Forward and Cloud record none).
 DEFAULT_AUTHOR_NAME = "memsync"
@@ -346,7 +343,6 @@ class ImportTarget(Protocol):
     """What the writer needs of the mirror it writes into (:class:`memsync.mirror.Mirror` is one):
     its refs and objects, and the caches an import keeps up to date."""
 
-    state_dir: Path
     git: GitStore
 
     def path_map_at(self, tip: str | None) -> PathMap: ...
@@ -522,7 +518,7 @@ class HistoryWriter:
             if self._root_mark is not None:
                 facts.root, facts.truncated = ids[self._root_mark[0]], self._root_mark[1]
             facts.redacted = [replace(found, commit=ids[mark]) for mark, found in self._redacted_marks]
-            _record_facts(self._mirror.state_dir, self._expected, tip, facts)
+            _record_facts(self._mirror.git.state, self._expected, tip, facts)
         if self.written is not None:
             self.written.extend(ids[mark] for mark in range(1, pending + 1))
         self._root_mark = None
@@ -611,9 +607,10 @@ class HistoryWriter:
                     f"{record.content_sha256}; fetch the version's content and pass it"
                 )
             if hashlib.sha256(self._mirror.git.read_blob(known)).hexdigest() != record.content_sha256:
+                self._mirror.git.state.drop_caches(content_index=True)
                 raise MirrorError(
-                    f"the mirror's content index is wrong for SHA-256 {record.content_sha256}; "
-                    "delete .git/memsync/content-index and run again"
+                    f"the mirror's content index was wrong for SHA-256 {record.content_sha256}; it was"
+                    " dropped, and is rebuilt from history: run again"
                 )
         return known, record.content_sha256
 
@@ -661,16 +658,13 @@ class HistoryFacts:
     redacted: list[RedactedCommit] = field(default_factory=list)
 
 
-FACTS_FILE = "history-facts.json"
-
-
 def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
     """The facts of ``memstore/main`` as it is now (see :class:`HistoryFacts`); ``save=False`` for
     readers that must write nothing (``memsync status``)."""
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return HistoryFacts()
-    cached_tip, facts = _load_facts(mirror.state_dir)
+    cached_tip, facts = _load_facts(mirror.state)
     if cached_tip == tip and facts is not None:
         return facts
     if facts is None or cached_tip is None or not mirror.is_ancestor(cached_tip, tip):
@@ -689,37 +683,37 @@ def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
                     )
                 )
     if save:
-        _save_facts(mirror.state_dir, tip, facts)
+        _save_facts(mirror.state, tip, facts)
     return facts
 
 
-def _record_facts(state_dir: Path, previous: str | None, tip: str, batch: HistoryFacts) -> None:
+def _record_facts(state: State, previous: str | None, tip: str, batch: HistoryFacts) -> None:
     """Extend the cached facts at ``previous`` by a batch just written on top of it."""
     if previous is None:
-        _save_facts(state_dir, tip, batch)
+        _save_facts(state, tip, batch)
         return
-    cached_tip, facts = _load_facts(state_dir)
+    cached_tip, facts = _load_facts(state)
     if cached_tip != previous or facts is None:
-        # Not cached at the parent (a mirror from before the facts, or a damaged file): the next
+        # Not cached at the parent (a mirror from before the facts, or a damaged entry): the next
         # reader walks the history once.
-        (state_dir / FACTS_FILE).unlink(missing_ok=True)
+        state.put("history-facts", None)
         return
     facts.redacted.extend(batch.redacted)
-    _save_facts(state_dir, tip, facts)
+    _save_facts(state, tip, facts)
 
 
-def _load_facts(state_dir: Path) -> tuple[str | None, HistoryFacts | None]:
+def _load_facts(state: State) -> tuple[str | None, HistoryFacts | None]:
     try:
-        data = json.loads((state_dir / FACTS_FILE).read_text(encoding="utf-8"))
+        data = state.get("history-facts")
         if data.get("format") != 1:
             return None, None
         redacted = [RedactedCommit(*item) for item in data["redacted"]]
         return str(data["tip"]), HistoryFacts(data["root"], data["truncated"], redacted)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (AttributeError, ValueError, TypeError, KeyError):
         return None, None
 
 
-def _save_facts(state_dir: Path, tip: str, facts: HistoryFacts) -> None:
+def _save_facts(state: State, tip: str, facts: HistoryFacts) -> None:
     redacted = [astuple(r) for r in facts.redacted]  # in the order _load_facts passes them back
     record = {"format": 1, "tip": tip, "root": facts.root, "truncated": facts.truncated, "redacted": redacted}
-    replace_file(state_dir / FACTS_FILE, json.dumps(record).encode(), durable=False)  # a cache
+    state.put("history-facts", record)

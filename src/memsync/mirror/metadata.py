@@ -19,7 +19,6 @@ import pygit2
 from memsync.errors import UnsafeInput
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
-from memsync.mirror.gitstore import replace_file
 from memsync.mirror.refs import METADATA_REF
 from memsync.mirror.trailers import ID_PATTERN
 
@@ -98,29 +97,16 @@ def write_metadata(
     return commit
 
 
-# The tip of memstore/main the memory documents were last brought up to (a note, not a ref: losing it
-# costs one listing of every memory, the way a mirror without it is brought up to date).
-FOLLOWS_FILE = "metadata-follows"
-
-
 def metadata_follows(mirror: GitStore) -> str | None:
-    """The imported tip the memories' metadata was last refreshed for, if noted."""
-    try:
-        text = (mirror.state_dir / FOLLOWS_FILE).read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if len(text) == 40 else None
+    """The imported tip the memories' metadata was last refreshed for, if noted (a cache: losing it
+    costs one listing of every memory, the way a mirror without it is brought up to date)."""
+    tip = mirror.state.get("metadata-follows")
+    return tip if isinstance(tip, str) and len(tip) == 40 else None
 
 
 def note_metadata_follows(mirror: GitStore, tip: str | None) -> None:
     """Note that the memories' metadata reflects the store as of the imported ``tip``."""
-    target = mirror.state_dir / FOLLOWS_FILE
-    if tip is None:
-        target.unlink(missing_ok=True)
-        return
-    if metadata_follows(mirror) == tip:
-        return  # a pull that found nothing new: a read, not a write and a rename, for every store
-    replace_file(target, f"{tip}\n".encode("ascii"))
+    mirror.state.put("metadata-follows", tip)  # unchanged (a pull that found nothing): no write
 
 
 def _memory_file(memory_id: str) -> str:

@@ -8,8 +8,7 @@ Layout (see docs/mirror.md)::
         refs/heads/main              what the user edits; upstream is memstore/main
         refs/memsync/base            the commit the checkout was last reconciled with
         refs/heads/memsync/metadata  store and memory metadata snapshots
-        memsync/paths.json           cache: memory path → memory id at the tip (rebuildable)
-        memsync/content-index        cache: content SHA-256 → blob (SQLite, rebuildable)
+        memsync/state.sqlite         caches and intents (:mod:`memsync.mirror.state`)
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -45,7 +43,6 @@ from memsync.mirror.history import (
     DEFAULT_AUTHOR_NAME,
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_COMMITS,
-    FACTS_FILE,
     HistoryFacts,
     HistoryWriter,
     PathMap,
@@ -62,8 +59,6 @@ from memsync.mirror.worktree import Worktree
 
 MIRROR_FORMAT = "1"
 
-# The note of the last full layout check (Mirror._ensure_layout), and the layout it checked.
-LAYOUT_STAMP = "layout-checked"
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
 REMOTE_URL = "/dev/null/memsync-managed: run 'memsync sync' instead of git fetch, pull or push"
@@ -100,11 +95,8 @@ _CONFIG: dict[str, str] = {
     "branch.main.merge": "refs/heads/main",
     "memsync.mirrorformat": MIRROR_FORMAT,
 }
-# State files of older memsyncs, removed by the layout check ("blob-sha256": the content index
-# answers blob -> SHA-256 too).
-_RETIRED_STATE = ("blob-sha256",)
 _LAYOUT_DIGEST = hashlib.sha256(
-    json.dumps([_CONFIG, EXCLUDE_BLOCK, ATTRIBUTES_BLOCK, MIRROR_FORMAT, _RETIRED_STATE]).encode("utf-8")
+    json.dumps([_CONFIG, EXCLUDE_BLOCK, ATTRIBUTES_BLOCK, MIRROR_FORMAT]).encode("utf-8")
 ).hexdigest()[:16]
 
 
@@ -131,10 +123,6 @@ class ImportedVersion:
         return cls(commit, **{field.name: getattr(trailers, field.name) for field in fields(trailers)})
 
 
-# The caches naming commits of the imported history (see Mirror.drop_history_caches).
-_HISTORY_CACHES = ("paths.json", "content-index", FACTS_FILE)
-
-
 class Mirror:
     """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`.
 
@@ -153,7 +141,7 @@ class Mirror:
         self.path = self.git.path
         self.git_dir = self.git.git_dir
         self.state_dir = self.git.state_dir
-        self._content = ContentIndex(self.git, self.state_dir / "content-index")
+        self._content = ContentIndex(self.git)
         self._path_map_cache: tuple[str, PathMap] | None = None
         self.conflicts = Conflicts(self.git)
         self.worktree = Worktree(self.git)
@@ -222,23 +210,17 @@ class Mirror:
 
     def close(self) -> None:
         """Release the repository's files (pack handles and maps); the mirror is unusable after."""
-        self._content.close()
         self.git.close()
 
     def reopen(self) -> None:
         """Fresh handles (after git replaced the pack files the old ones had open)."""
-        self._content.close()
         self.git.reopen()
-        self._content = ContentIndex(self.git, self.state_dir / "content-index")
         self._path_map_cache = None
 
     def drop_history_caches(self) -> None:
         """Forget the caches that name commits of the imported history, once it was rewritten: each
         is rebuilt from the new history when next asked."""
-        self._content.close()
-        for name in _HISTORY_CACHES:
-            (self.state_dir / name).unlink(missing_ok=True)
-        self._content = ContentIndex(self.git, self.state_dir / "content-index")
+        self.git.state.drop_caches("paths", "history-facts", content_index=True)
         self._path_map_cache = None
 
     def _ensure_layout(self) -> None:
@@ -247,29 +229,21 @@ class Mirror:
         A full check reads 15 configuration keys, two files and probes the filesystem: half of what
         opening a mirror costs, and a cycle opens one three times. So when the files it checks are
         exactly as the last full check left them (same device, inode, size and mtime, noted in
-        ``.git/memsync/layout-checked`` with the layout's digest), it is skipped: a ``git config``
+        the state's ``layout`` entry with the layout's digest), it is skipped: a ``git config``
         run, an edited exclude file, a mirror copied elsewhere or a memsync with another layout all
         change that note's match, and the next open checks in full again.
         """
         fingerprint = self._layout_fingerprint()
-        stamp = self.state_dir / LAYOUT_STAMP
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            if fingerprint is not None and stamp.read_text(encoding="ascii") == fingerprint:
-                return
+        if fingerprint is not None and self.git.state.get("layout") == fingerprint:
+            return
         self.state_dir.mkdir(exist_ok=True)
-        for name in _RETIRED_STATE:
-            (self.state_dir / name).unlink(missing_ok=True)
         upgraded = _replace_old_exclude_block(self.git_dir / "info" / "exclude")
         wrote = self.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         # Taken before the check, the fingerprint is only noted when the check changed nothing: an
         # edit made meanwhile, or this check's own writes, make the next open check again.
         if fingerprint is not None and not (wrote or upgraded):
-            temporary = stamp.with_name(f"{LAYOUT_STAMP}.{secrets.token_hex(4)}.tmp")
-            try:
-                temporary.write_text(fingerprint, encoding="ascii")
-                os.replace(temporary, stamp)
-            except OSError:
-                temporary.unlink(missing_ok=True)  # a note only: the next open checks in full
+            with contextlib.suppress(MirrorError):  # a note only: the next open checks in full
+                self.git.state.put("layout", fingerprint)
 
     def _layout_fingerprint(self) -> str | None:
         """What the layout check depends on, or None when a file it checks is missing."""
@@ -348,17 +322,16 @@ class Mirror:
             return PathMap()
         if self._path_map_cache is not None and self._path_map_cache[0] == tip:
             return self._path_map_cache[1]
-        cache_file = self.state_dir / "paths.json"
         cached_tip: str | None = None
         paths = PathMap()
         try:
-            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            data = self.git.state.get("paths")
             if data.get("format") == 1 and isinstance(data.get("paths"), dict):
                 cached_tip = data.get("tip")
                 paths = PathMap(data["paths"])
                 if len(set(data["paths"].values())) != len(paths):
                     raise ValueError("two paths owned by one memory: a damaged cache")
-        except (OSError, ValueError, TypeError, KeyError):
+        except (AttributeError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
             since = cached_tip if cached_tip and self.git.is_ancestor(cached_tip, tip) else None
@@ -372,13 +345,7 @@ class Mirror:
         return paths
 
     def _save_path_map(self, tip: str, paths: PathMap) -> None:
-        cache_file = self.state_dir / "paths.json"
-        tmp = cache_file.with_suffix(".tmp")
-        # Streamed, from a view: the map is saved after every batch, and neither a copy of it nor
-        # its whole JSON text should be held beside it.
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump({"format": 1, "tip": tip, "paths": paths.view()}, out)
-        os.replace(tmp, cache_file)
+        self.git.state.put("paths", {"format": 1, "tip": tip, "paths": dict(paths.view())})
 
     def checkpoint_written(
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
@@ -387,7 +354,7 @@ class Mirror:
         if ref != self.MEMSTORE_REF:
             return
         # Saved, not copied: a copy per batch would double the map's memory while the writer goes
-        # on; a later reader of this tip parses the file once.
+        # on; a later reader of this tip parses the saved map once.
         self._save_path_map(tip, paths)
         self._path_map_cache = None
         self._content.record(previous, tip, content)

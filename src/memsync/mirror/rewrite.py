@@ -23,8 +23,8 @@ Unpushed work that itself contains the redacted bytes stays and is reported: it 
 
 The steps are ordered so that a kill at any point is finished by the next full scan: the new
 history is written on a private ref, the other refs and the checkout follow, ``memstore/main`` moves
-last, and a small ``rewrite-pending`` file names what still has to be pruned until pruning is done.
-Old commit ids that were replaced are appended to ``.git/memsync/superseded``: the next backup may
+last, and the state's ``rewrite-pending`` intent names what still has to be pruned until pruning is
+done. Old commit ids that were replaced are added to its ``superseded`` intent: the next backup may
 force-update a remote ref only from one of those (``memsync backup``).
 """
 
@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -43,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 
 from memsync.crashpoints import crash_point
-from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import blob_at, replace_file
 from memsync.mirror.history import HistoryWriter, PathMap, VersionRecord, apply_trailers
@@ -57,10 +54,7 @@ if TYPE_CHECKING:
 # Outside refs/memsync/ on purpose: backups push refs/memsync/*, and this ref is never worth pushing.
 WORK_REF = "refs/memsync-rewrite/memstore"
 STASH_REF = "refs/stash"
-SUPERSEDED_FILE = "superseded"
-PENDING_FILE = "rewrite-pending"
-# The spelling rules a mirror's history was last checked against (respell_history).
-SPELLING_NOTE = "spelling-rules"
+# The spelling rules a mirror's history is checked against (respell_history).
 SPELLING_RULES = "2"
 # memsync's records (conflicts and others): they copy store content, so redacted copies leave them.
 RECORDS_PREFIX = "refs/memsync/"
@@ -139,43 +133,32 @@ class _Pending:
     blobs: dict[str, str] = field(default_factory=dict)  # redacted blob id → its content's SHA-256
 
     @classmethod
-    def load(cls, path: Path) -> _Pending | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+    def load(cls, mirror: Mirror) -> _Pending | None:
+        data = mirror.git.state.get("rewrite-pending")
+        if data is None:
             return None
-        except (OSError, ValueError) as exc:
-            raise MirrorError(
-                f"{path} is damaged ({exc}); it names redacted content still to be pruned. Run "
-                "`git reflog expire --expire=now --all && git gc --prune=now` in the mirror, then delete it"
-            ) from None
         return cls(versions=list(data.get("versions", [])), blobs=dict(data.get("blobs", {})))
 
-    def save(self, path: Path) -> None:
-        replace_file(path, json.dumps(asdict(self), indent=1).encode("utf-8"))
+    def save(self, mirror: Mirror) -> None:
+        mirror.git.state.put("rewrite-pending", asdict(self))
 
 
 def superseded_commits(mirror: Mirror) -> set[str]:
     """Old commit ids that a redaction rewrite replaced (a backup may force-update a ref from these)."""
-    try:
-        text = (mirror.state_dir / SUPERSEDED_FILE).read_text(encoding="ascii")
-    except FileNotFoundError:
-        return set()
-    return {line for line in text.split() if len(line) == 40}
+    return {commit for commit in mirror.git.state.get("superseded") or () if len(commit) == 40}
 
 
 def rewrite_pending(mirror: Mirror) -> bool:
     """Whether an interrupted rewrite still has redacted content to prune."""
-    return (mirror.state_dir / PENDING_FILE).exists()
+    return mirror.git.state.get("rewrite-pending") is not None
 
 
 def defer_rewrite(mirror: Mirror, versions: Iterable[str]) -> None:
     """Note that a rewrite is due for ``versions`` without doing it now (:func:`rewrite_pending` is
     then true, so the next pull looks again at every redacted commit and rewrites)."""
-    pending_file = mirror.state_dir / PENDING_FILE
-    pending = _Pending.load(pending_file) or _Pending()
+    pending = _Pending.load(mirror) or _Pending()
     pending.versions.extend(v for v in versions if v not in pending.versions)
-    pending.save(pending_file)
+    pending.save(mirror)
 
 
 def rewrite_redacted(
@@ -196,8 +179,7 @@ def rewrite_redacted(
     """
     replacements = {record.version_id: record for record in records}
     recontent = dict(recontent or {})
-    pending_file = mirror.state_dir / PENDING_FILE
-    pending = _Pending.load(pending_file)
+    pending = _Pending.load(mirror)
     if not replacements and not recontent and pending is None:
         return None  # the common full scan: nothing redacted since the import, nothing owed
     history = _read_history(mirror)
@@ -227,7 +209,7 @@ def rewrite_redacted(
             if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
         # Written before anything changes: from here on, a kill leaves a note of what to prune.
-        pending.save(pending_file)
+        pending.save(mirror)
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
         crash_point("rewrite.history_written")
     return _carry_and_prune(mirror, history, start, mapping, old_tip, new_tip, pending, reason="redaction")
@@ -235,10 +217,7 @@ def rewrite_redacted(
 
 def respelling_due(mirror: Mirror) -> bool:
     """Whether the mirror's history was not yet checked against today's path spelling rules."""
-    try:
-        return (mirror.state_dir / SPELLING_NOTE).read_text(encoding="ascii").strip() != SPELLING_RULES
-    except FileNotFoundError:
-        return True
+    return mirror.git.state.get("spelling-rules") != SPELLING_RULES
 
 
 def respell_history(mirror: Mirror) -> RewriteReport | None:
@@ -268,7 +247,7 @@ def respell_history(mirror: Mirror) -> RewriteReport | None:
         report = _carry_and_prune(
             mirror, history, start, mapping, old_tip, new_tip, _Pending(), reason="spelling"
         )
-    replace_file(mirror.state_dir / SPELLING_NOTE, SPELLING_RULES.encode("ascii"))
+    mirror.git.state.put("spelling-rules", SPELLING_RULES)
     return report
 
 
@@ -285,7 +264,6 @@ def _carry_and_prune(
 ) -> RewriteReport:
     """The rest of a rewrite once the new history is on :data:`WORK_REF`: everything else follows,
     ``memstore/main`` moves, what nothing reaches is pruned, and what remains is checked."""
-    pending_file = mirror.state_dir / PENDING_FILE
     parent = history[start - 1].id if start > 0 else None
     carried = _Carrier(mirror, mapping, parent)
     refs, kept, warnings = carried.carry_everything(pending)
@@ -293,10 +271,8 @@ def _carry_and_prune(
     # Synced before memstore/main moves: a backup may force-update a remote ref only from these.
     superseded = [old for old, new in {**mapping, **carried.replaced}.items() if old != new]
     if superseded:
-        with open(mirror.state_dir / SUPERSEDED_FILE, "a", encoding="ascii") as out:
-            out.write("".join(f"{commit}\n" for commit in superseded))
-            out.flush()
-            os.fsync(out.fileno())
+        known = mirror.git.state.get("superseded") or []
+        mirror.git.state.put("superseded", known + [c for c in superseded if c not in set(known)])
     if mapping:
         assert new_tip is not None
         if new_tip != old_tip:
@@ -330,7 +306,7 @@ def _carry_and_prune(
             " `git fsck --unreachable`"
         )
     else:
-        pending_file.unlink(missing_ok=True)
+        mirror.git.state.put("rewrite-pending", None)
     return RewriteReport(
         versions=tuple(pending.versions),
         first_commit=next(iter(mapping), None),
@@ -767,11 +743,7 @@ def _scan_state_files(mirror: Mirror, contents: Iterable[bytes]) -> list[KeptCon
         return []
     found = []
     for file in sorted(mirror.state_dir.rglob("*")):
-        if (
-            not file.is_file()
-            or file.name in (PENDING_FILE, SUPERSEDED_FILE)
-            or file.stat().st_size > 64 << 20
-        ):
+        if not file.is_file() or file.stat().st_size > 64 << 20:
             continue
         data = file.read_bytes()
         if any(content in data for content in wanted):

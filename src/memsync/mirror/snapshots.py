@@ -29,18 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.gitstore import replace_file
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.spellings import decoded, spell_all
 
@@ -97,9 +94,11 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
     owners = mirror.paths(commit)
     missing = sorted(set(files) - set(owners))
     if missing:
+        mirror.drop_history_caches()
         raise MirrorError(
             f"commit {commit} holds files no memory owns ({', '.join(missing[:3])}); it is not an"
-            " imported commit, or the path cache is damaged: delete .git/memsync/paths.json and run again"
+            " imported commit, or the path cache was damaged (dropped now, and rebuilt from history):"
+            " run again"
         )
     return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
 
@@ -160,31 +159,20 @@ def keep_base_ids(mirror: Mirror) -> None:
     map is cached). Once a pull moves the tip past a base that waits for a reconcile, reading that
     base's ids would replay the whole history — a cost growing with every version ever imported. So
     the cycle calls this before pulling: a stat when the ids are kept already, one read of the tip's
-    cached map when the base moved. ``.git/memsync/base-ids-<commit>.json``, a cache.
+    cached map when the base moved. The state's ``base-ids`` cache, for one commit at a time.
     """
     base = mirror.git.ref_target(mirror.BASE_REF)
-    if base is not None and base == mirror.tip() and not _base_ids_file(mirror, base).exists():
+    if base is not None and base == mirror.tip() and _kept_base_ids(mirror, base) is None:
         _save_base_ids(mirror, base, mirror.paths(base))
 
 
-def _base_ids_file(mirror: Mirror, commit: str) -> Path:
-    return mirror.state_dir / f"base-ids-{commit}.json"
-
-
 def _save_base_ids(mirror: Mirror, commit: str, owners: Mapping[str, str]) -> None:
-    target = _base_ids_file(mirror, commit)
-    with contextlib.suppress(OSError):  # a cache: without it the base's ids are read from history
-        replace_file(target, json.dumps({"commit": commit, "paths": dict(owners)}).encode(), durable=False)
-        for older in mirror.state_dir.glob("base-ids-*.json"):
-            if older != target:
-                older.unlink(missing_ok=True)
+    with contextlib.suppress(MirrorError):  # a cache: without it the base's ids are read from history
+        mirror.git.state.put("base-ids", {"commit": commit, "paths": dict(owners)})
 
 
 def _kept_base_ids(mirror: Mirror, commit: str) -> dict[str, str] | None:
-    try:
-        data = json.loads(_base_ids_file(mirror, commit).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = mirror.git.state.get("base-ids")
     paths = data.get("paths") if isinstance(data, dict) and data.get("commit") == commit else None
     return paths if isinstance(paths, dict) and all(isinstance(v, str) for v in paths.values()) else None
 

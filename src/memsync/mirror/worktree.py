@@ -24,7 +24,6 @@ import contextlib
 import errno
 import functools
 import hashlib
-import json
 import os
 import secrets
 import stat
@@ -36,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
-from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore, replace_file
+from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import check_memory_path, escape_for_terminal, segment_spellings
 from memsync.mirror.spellings import decoded, encoded, spell_all
@@ -88,7 +87,7 @@ class WorktreeScan:
 
 
 class _StatCache:
-    """What scans found, by working-tree path and ``lstat``: ``.git/memsync/worktree-stat.json``.
+    """What scans found, by working-tree path and ``lstat``: the state's ``worktree-stat`` cache.
 
     Reading and hashing every file is most of a scan. An entry is reused when size, mtime, ctime and
     inode are unchanged *and* the file's mtime was over a second older than the scan that hashed it:
@@ -97,12 +96,11 @@ class _StatCache:
     until they are old enough. A cache, so any problem reading or writing it costs only time.
     """
 
-    FILE = "worktree-stat.json"
     FORMAT = 2
     RACY_NS = 1_000_000_000
 
     def __init__(self, git: GitStore, dialect: Dialect, *, trusted: bool) -> None:
-        self._path = git.state_dir / self.FILE
+        self._state = git.state
         # What the cached answers depend on besides the files: a cache of another dialect is not used.
         self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
@@ -110,10 +108,7 @@ class _StatCache:
         self._new: dict[str, list[object]] = {}
 
     def _load(self) -> dict[str, list[object]]:
-        try:
-            data = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+        data = self._state.get("worktree-stat")
         if not isinstance(data, dict) or {key: data.get(key) for key in self._header} != self._header:
             return {}
         files = data.get("files")
@@ -142,8 +137,8 @@ class _StatCache:
         if self._new == self._old:
             return
         payload = {**self._header, "files": self._new}
-        with contextlib.suppress(OSError):  # a cache: the next scan hashes again
-            replace_file(self._path, json.dumps(payload, separators=(",", ":")).encode(), durable=False)
+        with contextlib.suppress(MirrorError):  # a cache: the next scan hashes again
+            self._state.put("worktree-stat", payload)
 
 
 def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
