@@ -5,8 +5,11 @@ damaged or outdated) or an **intent** (an operation started and not yet finished
 holding the store's lock must complete or undo, so it must survive a kill and a power cut). The two
 kinds sit in their own tables (``cache`` and ``intent``, rows of a name and a JSON value); the
 content index (:mod:`memsync.mirror.contentindex`) keeps its ``content`` and ``marker`` tables here
-too. Every write is one transaction, synced (``synchronous = FULL``) so an intent and the files it
-covers reach the disk in order; an unchanged value is not written again.
+too. Every write is one transaction in SQLite's write-ahead log, which a kill or a power cut never
+leaves half done. A transaction that sets an intent is synced before it returns (``synchronous =
+FULL``), so an intent reaches the disk before the work it covers; one of caches only is not
+(``NORMAL``: a power cut may lose the last ones, which are rebuilt), which spares a first pull of a
+store about a third of its syncs. An unchanged value is not written again.
 
 Older memsyncs kept one file each under ``.git/memsync/``; the first open of a mirror's state brings
 their intents in and deletes them all (their caches are rebuilt). ``import-marks`` stays a file: it
@@ -38,37 +41,29 @@ CREATE INDEX IF NOT EXISTS content_by_blob ON content (blob);
 CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit_id TEXT NOT NULL);
 """
 
-# Every name, with its table. A cache is rebuilt from history; an intent is owed work.
+# Every name, with its table (docs/mirror.md, "State", says what each holds).
 CACHES = frozenset(
-    {
-        "paths",  # {path: memory id} at the imported tip (Mirror.paths)
-        "history-facts",  # what replaying the imported history found (history.history_facts)
-        "packs",  # which packs are sealed (GitStore.repack)
-        "worktree-stat",  # lstat and SHA-256 of the working tree's files as last scanned
-        "base-ids",  # {path: memory id} of refs/memsync/base once the tip moved past it
-        "layout",  # the fingerprint of the last full layout check (Mirror.open)
-        "metadata-follows",  # the imported tip the metadata branch was last refreshed for
-        "spelling-rules",  # the path spelling rules the history was last checked against
-    }
+    [
+        "paths",
+        "history-facts",
+        "packs",
+        "worktree-stat",
+        "base-ids",
+        "layout",
+        "metadata-follows",
+        "spelling-rules",
+    ]
 )
-INTENTS = frozenset(
-    {
-        "checkout",  # a checkout in progress: {"from", "to", "started"}
-        "rewrite-pending",  # a redaction rewrite's blobs still to prune: {"versions", "blobs"}
-        "superseded",  # commit ids a rewrite replaced: a backup may force-update only from these
-        "backup-prune-pending",  # backup targets whose replaced objects are still to be pruned
-    }
-)
-
-# Older memsyncs' files: (file, intent it becomes, how to read it); the rest of _LEGACY_CACHES go.
+INTENTS = frozenset(["checkout", "rewrite-pending", "superseded", "backup-prune-pending"])
+# Older memsyncs' files: the intents are brought in (file, entry, format); the rest only go.
 _LEGACY_INTENTS = (
     ("checkout-intent", "checkout", "json"),
     ("rewrite-pending", "rewrite-pending", "json"),
     ("superseded", "superseded", "lines"),
     ("backup-prune-pending", "backup-prune-pending", "json"),
 )
-_LEGACY_FILES = (
-    "checkout-pid",  # an older mark that named no commits: nothing to settle by
+_LEGACY_FILES = [
+    "checkout-pid",
     "paths.json",
     "history-facts.json",
     "packs.json",
@@ -79,7 +74,7 @@ _LEGACY_FILES = (
     "layout-checked",
     "metadata-follows",
     "spelling-rules",
-)
+]  # checkout-pid: an older mark that named no commits, so nothing to settle by
 
 
 class State:
@@ -128,7 +123,7 @@ class State:
             name: None if value is None else json.dumps(value, sort_keys=True)
             for name, value in entries.items()
         }
-        with self.transaction() as db:
+        with self.transaction(durable=any(name in INTENTS for name in wanted)) as db:
             for name, text in wanted.items():
                 table = _table(name)
                 row = db.execute(f"SELECT value FROM {table} WHERE name = ?", (name,)).fetchone()
@@ -154,10 +149,12 @@ class State:
     # --- the database ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: all of it lands, or none of it (a kill, a full disk)."""
+    def transaction(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it lands, or none of it (a kill, a full disk); ``durable``:
+        on the disk once it returns."""
         db = self.connection()
         assert db is not None
+        db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         try:
             db.execute("BEGIN IMMEDIATE")
             yield db
@@ -196,7 +193,7 @@ class State:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"memsync state schema {version}")
-            db.execute("PRAGMA synchronous = FULL")
+            db.execute("PRAGMA journal_mode = WAL")
             # A lookup reads a few interior pages (kept) and one leaf: SQLite's default 2 MiB cache
             # would only fill with leaves of a large content index, memory that grows with the store.
             db.execute("PRAGMA cache_size = -512")
@@ -213,7 +210,8 @@ class State:
     def _set_aside(self, exc: sqlite3.DatabaseError) -> None:
         """A file that is not this database (damage): kept for inspection, and a new one started."""
         aside = self.path.with_name(f"{FILE}.damaged")
-        self.path.with_name(f"{FILE}-journal").unlink(missing_ok=True)
+        for side in ("-journal", "-wal", "-shm"):
+            self.path.with_name(FILE + side).unlink(missing_ok=True)
         os.replace(self.path, aside)
         log.warning(
             "memsync's state %s could not be read (%s) and was moved to %s: its caches are rebuilt from"
