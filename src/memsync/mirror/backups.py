@@ -1,17 +1,11 @@
 """Backup repositories: pushing a mirror to one, reading one back (docs/backup.md).
 
-A target (:class:`BackupTarget`) is a local path or ``file://`` URL (a bare repository is created there
-when nothing or an empty folder is), ``ssh://`` or ``user@host:path``, ``http(s)://`` or ``git://``.
-A password, or the ``${VARIABLE}`` naming it, is taken out of the URL: libgit2 gets it only in the
-credential callback, and every URL in a message or report is :attr:`BackupTarget.display`. Pushes go
-to an anonymous remote, so nothing is written into ``.git/config``.
-
-What is pushed (:func:`backup_refs`): ``memstore/main`` as the backup's ``refs/heads/main`` (so ``git
-clone`` checks out the memories), the metadata branch and every ``refs/memsync/`` ref under its name.
-Updates are fast-forward only, except a ref forced from a commit a redaction replaced
-(:func:`memsync.mirror.superseded_commits`); a ``refs/memsync/`` ref the mirror no longer has is
-deleted. After either, a local backup is pruned so the replaced objects leave it too (a network host
-may keep them: the result warns).
+A password in a target's URL, or the ``${VARIABLE}`` naming it, reaches libgit2 only in the credential
+callback; every URL shown is :attr:`BackupTarget.display`; pushes go to an anonymous remote, so
+nothing is written into ``.git/config``. What is pushed is :func:`backup_refs`, fast-forward only:
+a ref is forced only from a commit a redaction replaced (:func:`memsync.mirror.superseded_commits`),
+and a ``refs/memsync/`` ref the mirror no longer has is deleted. After either, a local backup is
+pruned so the replaced objects leave it too (a network host may keep them: the result warns).
 """
 
 from __future__ import annotations
@@ -56,8 +50,9 @@ PRUNE_NOTE = "backup-prune-pending"
 
 @dataclass(frozen=True)
 class BackupTarget:
-    """One backup location. ``url`` is what libgit2 gets and ``display`` what people see; neither
-    holds a password. ``path`` is set for local targets."""
+    """One backup location: a local path or ``file://`` URL (a bare repository is created there when
+    nothing or an empty folder is), ``ssh://`` or ``user@host:path``, ``http(s)://`` or ``git://``.
+    ``url`` is what libgit2 gets and ``display`` what people see; neither holds a password."""
 
     url: str
     display: str
@@ -240,12 +235,12 @@ class PushResult:
 
 
 def backup_refs(mirror: Mirror) -> dict[str, str]:
-    """``{mirror ref: backup ref}`` of everything a backup holds (see the module docstring)."""
+    """``{mirror ref: backup ref}``: ``memstore/main`` as ``refs/heads/main`` (so ``git clone`` checks
+    out the memories), the metadata branch and every ``refs/memsync/`` ref under its own name."""
     names = mirror.git.refs("refs/")
-    renamed = {mirror.MEMSTORE_REF: BACKUP_MAIN, mirror.METADATA_REF: mirror.METADATA_REF}
-    return {local: remote for local, remote in renamed.items() if local in names} | {
-        name: name for name in names if name.startswith(RECORDS_PREFIX)
-    }
+    wanted = {mirror.MEMSTORE_REF: BACKUP_MAIN, mirror.METADATA_REF: mirror.METADATA_REF}
+    wanted |= {name: name for name in names if name.startswith(RECORDS_PREFIX)}
+    return {local: remote for local, remote in wanted.items() if local in names}
 
 
 def push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
@@ -445,9 +440,10 @@ class BackupRepository:
     def __init__(self, path: Path) -> None:
         self.git = GitStore(path, action=f"{path} is not a git repository (a memsync mirror or a backup)")
         self.path = path
-        self.kind: Literal["mirror", "backup"] = (
-            "mirror" if "memsync.mirrorformat" in self.git.config else "backup"
-        )
+        mirror = "memsync.mirrorformat" in self.git.config
+        self.kind: Literal["mirror", "backup"] = "mirror" if mirror else "backup"
+        # The imported history: memstore/main in a mirror, refs/heads/main in a backup.
+        self.default_ref = Mirror.MEMSTORE_REF if mirror else BACKUP_MAIN
 
     def close(self) -> None:
         self.git.close()
@@ -477,11 +473,6 @@ class BackupRepository:
 
     def tip(self) -> str | None:
         return self.git.ref_target(self.default_ref)
-
-    @property
-    def default_ref(self) -> str:
-        """The imported history: ``memstore/main`` in a mirror, ``refs/heads/main`` in a backup."""
-        return Mirror.MEMSTORE_REF if self.kind == "mirror" else BACKUP_MAIN
 
     def resolve(self, revision: str | None = None) -> str:
         """The commit ``revision`` names (any git revision: id, ref, ``main~3``); default the tip."""
