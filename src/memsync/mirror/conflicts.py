@@ -15,8 +15,8 @@ marker in a file, makes a conflict.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,15 +49,15 @@ class Merger:
     """git's three-way file merge over byte contents, in a scratch repository (created on first use)."""
 
     def __init__(self) -> None:
-        self._dir: str | None = None
+        self._resources = ExitStack()
         self._store: GitStore | None = None
 
     def _scratch(self) -> GitStore:
         if self._store is None:
-            self._dir = tempfile.mkdtemp(prefix="memsync-merge-")
-            self._store = GitStore(
-                Path(self._dir), create="bare", action="creating a scratch repository for merging"
-            )
+            folder = tempfile.TemporaryDirectory(prefix="memsync-merge-", ignore_cleanup_errors=True)
+            action = "creating a scratch repository for merging"
+            self._store = GitStore(Path(self._resources.enter_context(folder)), create="bare", action=action)
+            self._resources.enter_context(self._store)
         return self._store
 
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
@@ -78,12 +78,8 @@ class Merger:
         return whole_file_markers(local, remote) if merged.clean else merged.content
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        self._store = None
+        self._resources.close()
 
     def __enter__(self) -> Merger:
         return self
