@@ -508,20 +508,13 @@ class BackupRepository:
         start = self.resolve(revision)
         with translated("reading the imported history"):
             for commit in self.git.walk(start):
-                version = ImportedVersion.from_trailers(
-                    str(commit.id), parse_message(commit.message, str(commit.id))
-                )
-                found = None
-                if (
-                    version.memory_path is not None
-                    and version.operation != "deleted"
-                    and version.skipped is None
-                ):
-                    found = blob_at(commit.tree, version.memory_path)
-                blob = None if found is None else str(found.id)
-                yield ImportedCommit(
-                    **{item.name: getattr(version, item.name) for item in fields(version)}, blob=blob
-                )
+                commit_id = str(commit.id)
+                version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
+                wrote = version.operation != "deleted" and version.skipped is None
+                path = version.memory_path if wrote else None
+                found = None if path is None else blob_at(commit.tree, path)
+                copied = {item.name: getattr(version, item.name) for item in fields(version)}
+                yield ImportedCommit(**copied, blob=None if found is None else str(found.id))
 
     def metadata(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` from the metadata branch's tip."""
