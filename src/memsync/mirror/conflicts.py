@@ -146,17 +146,18 @@ class Conflicts:
         when: datetime | None = None,
     ) -> ConflictRecord:
         """Write the conflict's commit and point its ref at it (the ref must not exist)."""
-        sides = {"base": base, "local": local, "remote": remote, "markers": markers}
-        tree = self._git.write_flat_tree({name: data for name, data in sides.items() if data is not None})
+        sides = {"remote": remote, "local": local, "base": base, "markers": markers}  # the trailers' order
+        present = {name: data for name, data in sides.items() if data is not None}
+        tree = self._git.write_flat_tree(present)
         trailers = {
             "Memsync-Conflict": "1",
             "Conflict-Path": quote_for_message(memory_path),
             "Reason": " ".join(reason.split()),
             "Remote-Memory-Id": remote_memory_id,
-            "Remote-SHA256": _sha(remote),
-            "Local-SHA256": _sha(local),
-            **({"Base-SHA256": _sha(base)} if base is not None else {}),
-            "Markers-SHA256": _sha(markers),
+            **{
+                f"{name.capitalize()}-SHA256": hashlib.sha256(data).hexdigest()
+                for name, data in present.items()
+            },
         }
         message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
             f"{key}: {value}\n" for key, value in trailers.items()
@@ -248,7 +249,3 @@ class Conflicts:
                 f"{ref} is not a conflict record memsync can read ({exc}); if you made it, delete it:"
                 f" git update-ref -d {ref}"
             ) from None
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
