@@ -56,18 +56,17 @@ def discard_local(mirror: Path, *, files: bool = True) -> None:
                 repo.git.delete_ref_if_equals(ref, current)
             elif tip is not None and current != tip:
                 repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
-        if files:
-            if tip is None:
-                _clear_worktree(mirror)
-            else:
-                stage_commit(mirror / ".git", tip, mirror)
         if tip is not None:
+            if files:
+                stage_commit(mirror / ".git", tip, mirror)
             align_index(repo, tip)
-        else:
-            index = repo.git.index()
-            with translated("resetting the index"):
-                index.clear()
-                index.write()
+            return
+        if files:
+            _clear_worktree(mirror)
+        index = repo.git.index()
+        with translated("resetting the index"):
+            index.clear()
+            index.write()
 
 
 def _clear_worktree(mirror: Path) -> None:
