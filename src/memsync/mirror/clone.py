@@ -1,5 +1,5 @@
-"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors: a clone set up
-as a mirror is, the private mirror's history copied into it, a pushed commit staged in the private
+"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors: a clone configured
+the way a mirror is, the private mirror's history copied into it, a pushed commit staged in the private
 mirror's working tree, and the private mirror put back after a push that did not go through.
 """
 

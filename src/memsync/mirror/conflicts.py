@@ -6,10 +6,10 @@ Merging uses libgit2's file merge in a scratch repository outside the mirror, so
 
 A conflict is a commit under ``refs/memsync/conflicts/<name>`` (no parents) whose tree holds the sides
 ``base`` (absent when both sides created the memory), ``local``, ``remote`` and ``markers`` (what was
-written into the checkout), and whose trailers name the memory, the reason, the store's memory id and
-each side's SHA-256. The ref keeps every side from ``git gc``. Ending one moves it to
-``refs/memsync/resolved/<name>``. Memories may contain ``<<<<<<<`` naturally: only a record, never a
-marker in a file, makes a conflict.
+written into the checkout), and whose message (``conflict at <path>`` and trailers) names the memory,
+the reason, the store's memory id and each side's SHA-256. The ref keeps every side from ``git gc``.
+Ending one moves it to ``refs/memsync/resolved/<name>``. Memories may contain ``<<<<<<<`` naturally:
+only a record, never a marker in a file, makes a conflict.
 """
 
 from __future__ import annotations
