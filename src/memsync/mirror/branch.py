@@ -76,24 +76,22 @@ def align_index(mirror: Mirror, commit: str) -> None:
     wanted = mirror.git.tree_files(commit)
     index = mirror.git.index()
     with translated("reading the index"):
-        changed = index.conflicts is not None
-        current = {} if changed else {entry.path: str(entry.id) for entry in index}
+        conflicted = index.conflicts is not None
+        current = {} if conflicted else {entry.path: str(entry.id) for entry in index}
+    stale = current.keys() - wanted.keys()
+    fresh = [(path, blob) for path, blob in wanted.items() if current.get(path) != blob]
+    if not (conflicted or stale or fresh):
+        return
     with translated("updating the index"):
-        if changed:
+        if conflicted:  # read_tree drops the conflict entries
             index.read_tree(mirror.git.tree(commit))
-        for path in current.keys() - wanted.keys():
+        for path in stale:
             index.remove(path)
-            changed = True
-        for path, blob in wanted.items():
-            if current.get(path) == blob:
-                continue
-            changed = True
+        for path, blob in fresh:
             if mirror.worktree.blob(path) == blob:
                 index.add(path)  # reads the file: the entry gets its stat data
             else:
                 index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), FileMode.BLOB))
-    if not changed:
-        return
     try:
         index.write()
     except (pygit2.GitError, OSError) as exc:
