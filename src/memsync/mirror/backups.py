@@ -1,32 +1,11 @@
-"""Backup repositories: pushing a mirror to one (pygit2, with credential callbacks), reading one back.
+"""Backup repositories: pushing a mirror to one, reading one back (docs/backup.md).
 
-**Where a backup goes** (:class:`BackupTarget`). A local path or a ``file://`` URL (a bare repository
-is created there when nothing or an empty folder is, whole or not at all: made beside it, renamed in),
-``ssh://host/path`` or ``user@host:path``, ``https://`` or ``http://``, and ``git://``. A URL may
-carry a user name, and for http(s) a password; the password is taken out of the URL before libgit2
-sees it and handed over in the credential callback only. It may name an environment variable
-instead of holding the secret (``https://me:${GH_TOKEN}@host/r.git``).
-Nothing here writes a remote into ``.git/config``: pushes go to an anonymous remote, and every URL
-in a message or a report is :attr:`BackupTarget.display`, which never holds a password.
-
-**Credentials** (``_Credentials``), offered once each so a refusal ends the push instead of looping:
-http(s) the URL's user and password; ssh a key from the SSH agent, then ``$MEMSYNC_SSH_KEY`` or the
-default keys ``~/.ssh/id_ed25519``, ``id_ecdsa``, ``id_rsa`` (passphrase from
-``$MEMSYNC_SSH_PASSPHRASE``). Host keys and TLS certificates are checked by libgit2 as usual.
-
-**What is pushed** (:func:`backup_refs`): the imported history ``memstore/main`` becomes the
-backup's ``refs/heads/main`` (so ``git clone`` checks out the memories), the metadata branch and
-every ref under ``refs/memsync/`` keep their names. Updates are fast-forward only; a ref is
-force-updated only from a commit a redaction rewrite replaced (:func:`memsync.mirror.superseded_commits`),
-and a ``refs/memsync/`` ref the mirror no longer has is deleted from the backup. After a forced update
-or a delete, a local backup is pruned (reflogs expired, ``git gc --prune=now``) so the replaced
-objects leave it too; a network host may keep them, and the result says so. The prune is owed from
-before the push until it is done (``.git/memsync/backup-prune-pending``), so a push killed in
-between is pruned (or warned about) by the next run although its refs are up to date by then.
-
-**Reading a backup back** (:class:`BackupRepository`): a mirror or a bare backup, for ``restore``
-and ``verify``: commits, files at a commit (memory paths, decoded strictly), blobs, the imported
-versions with the blob each one wrote, and the metadata branch.
+A password in a target's URL, or the ``${VARIABLE}`` naming it, reaches libgit2 only in the credential
+callback; every URL shown is :attr:`BackupTarget.display`; pushes go to an anonymous remote, so
+nothing is written into ``.git/config``. What is pushed is :func:`backup_refs`, fast-forward only:
+a ref is forced only from a commit a redaction replaced (:func:`memsync.mirror.superseded_commits`),
+and a ``refs/memsync/`` ref the mirror no longer has is deleted. After either, a local backup is
+pruned so the replaced objects leave it too (a network host may keep them: the result warns).
 """
 
 from __future__ import annotations
@@ -37,7 +16,7 @@ import shutil
 import stat
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,25 +33,21 @@ from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import superseded_commits
-from memsync.mirror.trailers import Trailers, parse_message
+from memsync.mirror.trailers import parse_message
 
 TargetKind = Literal["local", "ssh", "http", "git"]
 
-# The backup's branch for the imported history: git clone checks it out.
 BACKUP_MAIN = "refs/heads/main"
 RECORDS_PREFIX = "refs/memsync/"
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:]+):(?P<path>.+)$")
-_ENV_REFERENCE = re.compile(
-    r"^\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))$"
-)
-_DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-# A local backup repository is made at ".<name>.memsync-tmp-<pid>" beside its path, then renamed.
+_ENV_REFERENCE = re.compile(r"^\$(\{)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?(1)\})$")  # $NAME or ${NAME}
 
 
 @dataclass(frozen=True)
 class BackupTarget:
-    """One backup location. ``url`` is what libgit2 gets and ``display`` what people see; neither
-    holds a password. ``path`` is set for local targets."""
+    """One backup location: a local path or ``file://`` URL (a bare repository is created there when
+    nothing or an empty folder is), ``ssh://`` or ``user@host:path``, ``http(s)://`` or ``git://``.
+    ``url`` is what libgit2 gets and ``display`` what people see; neither holds a password."""
 
     url: str
     display: str
@@ -100,12 +75,12 @@ class BackupTarget:
             kind: TargetKind = "http" if scheme in ("http", "https") else "git" if scheme == "git" else "ssh"
             username = _resolve(urllib.parse.unquote(parsed.username), env) if parsed.username else None
             password = _resolve(urllib.parse.unquote(parsed.password), env) if parsed.password else None
+            clean = _without_password(parsed)
             if password is not None and kind != "http":
                 raise MirrorError(
-                    f"{_without_password(parsed)}: a password in an {scheme} URL is not used; ssh"
+                    f"{clean}: a password in an {scheme} URL is not used; ssh"
                     " authenticates with keys (the SSH agent, $MEMSYNC_SSH_KEY or ~/.ssh/id_*)"
                 )
-            clean = _without_password(parsed)
             return cls(url=clean, display=clean, kind=kind, username=username, password=password)
         if len(scheme) > 1 and "://" in text:
             raise MirrorError(
@@ -119,9 +94,7 @@ class BackupTarget:
 
     @classmethod
     def _local(cls, path: Path, base: Path | None) -> BackupTarget:
-        if not path.is_absolute():
-            path = (base or Path.cwd()) / path
-        path = Path(os.path.normpath(path))
+        path = Path(os.path.normpath(path if path.is_absolute() else (base or Path.cwd()) / path))
         return cls(url=str(path), display=str(path), kind="local", path=path)
 
     @property
@@ -137,9 +110,7 @@ def _resolve(value: str, env: Mapping[str, str]) -> str:
     match = _ENV_REFERENCE.match(value)
     if match is None:
         return value
-    name = match.group("braced") or match.group("bare")
-    found = env.get(name, "")
-    if not found:
+    if not (found := env.get(name := match.group("name"), "")):
         raise MirrorError(
             f"the backup URL names the environment variable {name}, which is not set or empty: export it"
         )
@@ -148,8 +119,7 @@ def _resolve(value: str, env: Mapping[str, str]) -> str:
 
 def _without_password(parsed: urllib.parse.SplitResult) -> str:
     host = parsed.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
+    host = f"[{host}]" if ":" in host else host
     if parsed.port is not None:
         host = f"{host}:{parsed.port}"
     user = f"{urllib.parse.quote(parsed.username, safe='')}@" if parsed.username else ""
@@ -158,11 +128,10 @@ def _without_password(parsed: urllib.parse.SplitResult) -> str:
     return urllib.parse.urlunsplit((parsed.scheme, user + host, parsed.path, parsed.query, ""))
 
 
-# --- credentials ------------------------------------------------------------------------------------
-
-
 class _Callbacks(pygit2.RemoteCallbacks):
-    """Credentials for one push (each kind offered once) and the remote's answer per ref."""
+    """Credentials for one push and the remote's answer per ref. Each credential is offered once,
+    so a refusal ends the push instead of looping: http(s) the URL's user and password; ssh the
+    SSH agent's key, then ``$MEMSYNC_SSH_KEY`` or the default keys (``$MEMSYNC_SSH_PASSPHRASE``)."""
 
     def __init__(self, target: BackupTarget) -> None:
         super().__init__()
@@ -208,17 +177,11 @@ class _Callbacks(pygit2.RemoteCallbacks):
 
 
 def _ssh_keys() -> Iterator[Path]:
-    chosen = os.environ.get("MEMSYNC_SSH_KEY")
-    if chosen:
+    if chosen := os.environ.get("MEMSYNC_SSH_KEY"):
         yield Path(chosen).expanduser()
         return
     home = Path.home() / ".ssh"
-    for name in _DEFAULT_KEYS:
-        if (home / name).exists():
-            yield home / name
-
-
-# --- pushing ----------------------------------------------------------------------------------------
+    yield from (home / name for name in ("id_ed25519", "id_ecdsa", "id_rsa") if (home / name).exists())
 
 
 @dataclass(frozen=True)
@@ -232,9 +195,6 @@ class RefPush:
     new: str | None
     status: str
     message: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -263,24 +223,19 @@ class PushResult:
             "error": self.error,
             "created": self.created,
             "pushed": self.pushed,
-            "refs": [ref.to_json() for ref in self.refs],
+            "refs": [asdict(ref) for ref in self.refs],
             "pruned": self.pruned,
             "warnings": self.warnings,
         }
 
 
 def backup_refs(mirror: Mirror) -> dict[str, str]:
-    """``{mirror ref: backup ref}`` of everything a backup holds (see the module docstring)."""
-    wanted: dict[str, str] = {}
+    """``{mirror ref: backup ref}``: ``memstore/main`` as ``refs/heads/main`` (so ``git clone`` checks
+    out the memories), the metadata branch and every ``refs/memsync/`` ref under its own name."""
     names = mirror.git.refs("refs/")
-    if mirror.MEMSTORE_REF in names:
-        wanted[mirror.MEMSTORE_REF] = BACKUP_MAIN
-    if mirror.METADATA_REF in names:
-        wanted[mirror.METADATA_REF] = mirror.METADATA_REF
-    for name in names:
-        if name.startswith(RECORDS_PREFIX):
-            wanted[name] = name
-    return wanted
+    wanted = {mirror.MEMSTORE_REF: BACKUP_MAIN, mirror.METADATA_REF: mirror.METADATA_REF}
+    wanted |= {name: name for name in names if name.startswith(RECORDS_PREFIX)}
+    return {local: remote for local, remote in wanted.items() if local in names}
 
 
 def push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
@@ -297,9 +252,7 @@ def push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
 
 def _scrub(text: str, target: BackupTarget) -> str:
     # Defence in depth: libgit2 never sees the password, but an error could still quote an input.
-    if target.password:
-        text = text.replace(target.password, "[password]")
-    return text
+    return text.replace(target.password, "[password]") if target.password else text
 
 
 def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
@@ -308,39 +261,37 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         result.created = _ensure_local_repository(target.path)
         if result.created:
             crash_point("backup.remote_created")  # an empty bare repository, nothing pushed into it
-    heads = _remote_heads(mirror, target)
+    callbacks = _Callbacks(target)
+    try:
+        heads = mirror.git.advertised_refs(target.url, callbacks)
+    except pygit2.GitError as exc:
+        raise MirrorError(callbacks.refused or f"connecting to {target.display}: {exc}") from None
     superseded = superseded_commits(mirror)
     specs: list[str] = []
     planned: list[RefPush] = []
     for local, remote_ref in refs.items():
-        new = mirror.git.ref_target(local)
-        old = heads.get(remote_ref)
+        new, old = mirror.git.ref_target(local), heads.get(remote_ref)
         if new is None:
             continue
+        message = None
         if old == new:
-            planned.append(RefPush(local, remote_ref, old, new, "up-to-date"))
+            status = "up-to-date"
         elif old is None:
-            specs.append(f"{local}:{remote_ref}")
-            planned.append(RefPush(local, remote_ref, old, new, "created"))
+            status = "created"
         elif mirror.git.has_object(old) and mirror.git.is_ancestor(old, new):
-            specs.append(f"{local}:{remote_ref}")
-            planned.append(RefPush(local, remote_ref, old, new, "updated"))
+            status = "updated"
         elif old in superseded:
-            specs.append(f"+{local}:{remote_ref}")
-            planned.append(RefPush(local, remote_ref, old, new, "forced"))
+            status = "forced"
         else:
-            planned.append(
-                RefPush(
-                    local,
-                    remote_ref,
-                    old,
-                    new,
-                    "rejected",
-                    f"the backup's {remote_ref} is at {old}, which this mirror neither contains nor"
-                    " replaced in a redaction: not overwritten. If the backup is another store's, point"
-                    " this store elsewhere; if you want this mirror to win, delete that ref in the backup",
-                )
+            status = "rejected"
+            message = (
+                f"the backup's {remote_ref} is at {old}, which this mirror neither contains nor"
+                " replaced in a redaction: not overwritten. If the backup is another store's, point"
+                " this store elsewhere; if you want this mirror to win, delete that ref in the backup"
             )
+        if status in ("created", "updated", "forced"):
+            specs.append(f"{'+' if status == 'forced' else ''}{local}:{remote_ref}")
+        planned.append(RefPush(local, remote_ref, old, new, status, message))
     kept = set(refs.values())
     for remote_ref, old in sorted(heads.items()):
         if remote_ref.startswith(RECORDS_PREFIX) and remote_ref not in kept:
@@ -358,9 +309,9 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
             raise MirrorError(callbacks.refused or f"pushing to {target.display}: {exc}") from None
         crash_point("backup.remote_pushed")  # the remote's refs moved; a forced update not pruned yet
     for ref in planned:
-        answer = callbacks.answers.get(ref.remote, None)
+        answer = callbacks.answers.get(ref.remote)
         if ref.status not in ("up-to-date", "rejected") and answer is not None:
-            ref = RefPush(ref.local, ref.remote, ref.old, ref.new, "rejected", f"{target.display}: {answer}")
+            ref = replace(ref, status="rejected", message=f"{target.display}: {answer}")
         result.refs.append(ref)
     rewritten = owed or any(ref.status in ("forced", "deleted") for ref in result.refs)
     if rewritten and target.path is not None:
@@ -389,15 +340,6 @@ def _note_prune(mirror: Mirror, display: str, *, owed: bool) -> None:
     owing = _prune_owed(mirror)
     owing = owing | {display} if owed else owing - {display}
     mirror.git.state.put("backup-prune-pending", sorted(owing) or None)
-
-
-def _remote_heads(mirror: Mirror, target: BackupTarget) -> dict[str, str]:
-    """``{ref: commit}`` the target advertises to a pusher (receive-pack's view of its refs)."""
-    callbacks = _Callbacks(target)
-    try:
-        return mirror.git.advertised_refs(target.url, callbacks)
-    except pygit2.GitError as exc:
-        raise MirrorError(callbacks.refused or f"connecting to {target.display}: {exc}") from None
 
 
 def _ensure_local_repository(path: Path) -> bool:
@@ -454,21 +396,14 @@ def _not_a_repository(path: Path) -> str:
 def _prune_local(path: Path) -> None:
     """Drop what the backup no longer reaches: old reflog entries, then unreachable objects."""
     require_git()
-    run_git(
-        path,
-        ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"],
-        action=f"expiring the reflogs of {path}",
-    )
+    expire = ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"]
+    run_git(path, expire, action=f"expiring the reflogs of {path}")
     run_git(path, ["gc", "--prune=now", "--quiet"], action=f"pruning {path}")
-
-
-# --- reading a backup or a mirror back ------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class ImportedCommit(ImportedVersion):
-    """One imported version as a mirror or backup holds it (its commit's trailers, as
-    :class:`ImportedVersion`), and ``blob``: the content it wrote."""
+    """One imported version (its commit's trailers) and ``blob``: the content it wrote."""
 
     blob: str | None = None
 
@@ -482,18 +417,16 @@ class TreeFiles:
 
 
 class BackupRepository:
-    """A mirror or a bare backup, read-only. Open with :meth:`open`; use as a context manager.
-
-    It holds its repository (``git``) rather than being one: restore and verify read it through the
-    verbs below.
-    """
+    """A mirror or a bare backup, read-only, for ``restore`` and ``verify``. Open with :meth:`open`;
+    use as a context manager."""
 
     def __init__(self, path: Path) -> None:
         self.git = GitStore(path, action=f"{path} is not a git repository (a memsync mirror or a backup)")
         self.path = path
-        self.kind: Literal["mirror", "backup"] = (
-            "mirror" if "memsync.mirrorformat" in self.git.config else "backup"
-        )
+        mirror = "memsync.mirrorformat" in self.git.config
+        self.kind: Literal["mirror", "backup"] = "mirror" if mirror else "backup"
+        # The imported history: memstore/main in a mirror, refs/heads/main in a backup.
+        self.default_ref = Mirror.MEMSTORE_REF if mirror else BACKUP_MAIN
 
     def close(self) -> None:
         self.git.close()
@@ -509,7 +442,7 @@ class BackupRepository:
         """Open a memsync mirror (its working tree or its .git) or a bare backup."""
         root = Path(path).expanduser().absolute()
         found = cls(root)
-        if found.git.ref_target(found.default_ref) is None:
+        if found.tip() is None:
             found.close()
             raise MirrorError(
                 f"{root} has no {found.default_ref}: it is not a memsync "
@@ -522,13 +455,7 @@ class BackupRepository:
         return self.git.read_blob(blob)
 
     def tip(self) -> str | None:
-        """The commit the imported history ends at (:attr:`default_ref`), or None."""
         return self.git.ref_target(self.default_ref)
-
-    @property
-    def default_ref(self) -> str:
-        """The imported history: ``memstore/main`` in a mirror, ``refs/heads/main`` in a backup."""
-        return Mirror.MEMSTORE_REF if self.kind == "mirror" else BACKUP_MAIN
 
     def resolve(self, revision: str | None = None) -> str:
         """The commit ``revision`` names (any git revision: id, ref, ``main~3``); default the tip."""
@@ -540,15 +467,13 @@ class BackupRepository:
 
     def files(self, commit: str) -> TreeFiles:
         """The memories at ``commit``; tree paths that are no memory path's spelling are problems."""
-        raw = self.git.tree_files(commit)
-        files: dict[str, str] = {}
-        problems: dict[str, str] = {}
-        for tree_path, blob in sorted(raw.items()):
+        found = TreeFiles({}, {})
+        for tree_path, blob in sorted(self.git.tree_files(commit).items()):
             try:
-                files[decode_path(tree_path)] = blob
+                found.files[decode_path(tree_path)] = blob
             except PathEncodingError as exc:
-                problems[tree_path] = str(exc)
-        return TreeFiles(files, problems)
+                found.problems[tree_path] = str(exc)
+        return found
 
     def memory_ids(self, commit: str) -> dict[str, str] | None:
         """``{memory path: memory id}`` at ``commit`` from the trailers; None if it is not imported
@@ -567,18 +492,13 @@ class BackupRepository:
         with translated("reading the imported history"):
             for commit in self.git.walk(start):
                 commit_id = str(commit.id)
-                trailers = parse_message(commit.message, commit_id)
-                yield _imported(commit_id, trailers, commit.tree)
+                version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
+                wrote = version.operation != "deleted" and version.skipped is None
+                path = version.memory_path if wrote else None
+                found = None if path is None else blob_at(commit.tree, path)
+                copied = {item.name: getattr(version, item.name) for item in fields(version)}
+                yield ImportedCommit(**copied, blob=None if found is None else str(found.id))
 
     def metadata(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` from the metadata branch's tip."""
         return read_metadata(self.git)
-
-
-def _imported(commit: str, trailers: Trailers, tree: pygit2.Tree) -> ImportedCommit:
-    blob: str | None = None
-    if trailers.memory_path is not None and trailers.operation != "deleted" and trailers.skipped is None:
-        found = blob_at(tree, trailers.memory_path)
-        blob = str(found.id) if found is not None else None
-    version = ImportedVersion.from_trailers(commit, trailers)
-    return ImportedCommit(**{item.name: getattr(version, item.name) for item in fields(version)}, blob=blob)

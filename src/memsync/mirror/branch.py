@@ -1,12 +1,10 @@
 """``main`` after a push: reset to the imported tip, local commits kept, the index in step.
 
-Once a push has been imported, ``memstore/main`` holds what the user committed (or left uncommitted):
-``main`` moves to it, so ``git status`` and ``git log memstore/main..main`` read "up to date". Local
-commits the tip does not contain are not thrown away: the old ``main`` is kept under
-``refs/memsync/pushed/<UTC time>-<commit>`` first (their content is in the store now, or still in the
-checkout when a file was held back). The index is brought to the tip's tree, with fresh stat data for
+Once a push is imported, ``memstore/main`` holds what the user committed, so ``main`` moves to it and
+``git status`` reads "up to date". Local commits the tip does not contain are kept first under
+``refs/memsync/pushed/<UTC time>-<commit>``. The index gets the tip's tree with fresh stat data for
 every file the checkout holds as the tip has it, so ``git status`` stays fast and shows exactly the
-files that are still local (conflicts, rejected files, withheld deletes).
+files still local (conflicts, rejected files, withheld deletes).
 """
 
 from __future__ import annotations
@@ -45,16 +43,12 @@ def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
 def main_rewind(
     mirror: Mirror, base: str | None, hashes: BlobHashes
 ) -> tuple[str | None, int, dict[str, str | None]] | None:
-    """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None.
+    """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None: the
+    base's reconciled import must be missing from ``main``'s history (commits after it are no rewind).
 
-    ``(fork, versions, before)``, the push engine's ``Rewind``: ``fork`` is the newest imported
-    commit ``main`` still contains (None: none at all), ``versions`` how many imported versions lie
-    between it and the reconciled commit, and ``before`` maps every memory path those versions
-    changed to its content's SHA-256 at ``fork`` (None: absent there).
-
-    Commits on ``main`` after the base, and a base that is itself ahead of ``main`` only because
-    nothing of it was checked out yet, are no rewind: the base's imported commit must be missing
-    from ``main``'s history.
+    ``(fork, versions, before)``, the push engine's ``Rewind``: the newest imported commit ``main``
+    still contains (None: none), how many imported versions lie between it and the reconciled commit,
+    and each memory path they changed with its content's SHA-256 at ``fork`` (None: absent there).
     """
     main = mirror.git.ref_target(mirror.MAIN_REF)
     reconciled = reconciled_import(mirror, base) if base is not None else None
@@ -82,24 +76,22 @@ def align_index(mirror: Mirror, commit: str) -> None:
     wanted = mirror.git.tree_files(commit)
     index = mirror.git.index()
     with translated("reading the index"):
-        changed = index.conflicts is not None
-        current = {} if changed else {entry.path: str(entry.id) for entry in index}
+        conflicted = index.conflicts is not None
+        current = {} if conflicted else {entry.path: str(entry.id) for entry in index}
+    stale = current.keys() - wanted.keys()
+    fresh = [(path, blob) for path, blob in wanted.items() if current.get(path) != blob]
+    if not (conflicted or stale or fresh):
+        return
     with translated("updating the index"):
-        if changed:
+        if conflicted:  # read_tree drops the conflict entries
             index.read_tree(mirror.git.tree(commit))
-        for path in current.keys() - wanted.keys():
+        for path in stale:
             index.remove(path)
-            changed = True
-        for path, blob in wanted.items():
-            if current.get(path) == blob:
-                continue
-            changed = True
+        for path, blob in fresh:
             if mirror.worktree.blob(path) == blob:
                 index.add(path)  # reads the file: the entry gets its stat data
             else:
                 index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), FileMode.BLOB))
-    if not changed:
-        return
     try:
         index.write()
     except (pygit2.GitError, OSError) as exc:

@@ -1,7 +1,6 @@
-"""What a ``git clone memstore::…`` needs of memsync's mirrors (:mod:`memsync.remote`): a clone set
-up as a mirror is where it matters, the private mirror's history copied into it, a pushed commit
-staged in the private mirror's working tree, and the private mirror put back after a push that did
-not go through.
+"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors: a clone configured
+the way a mirror is, the private mirror's history copied into it, a pushed commit staged in the private
+mirror's working tree, and the private mirror put back after a push that did not go through.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pygit2
+from pygit2.enums import FileMode
 
 from memsync.mirror.branch import align_index
 from memsync.mirror.errors import translated
@@ -21,53 +21,30 @@ from memsync.mirror.repository import ATTRIBUTES_BLOCK, PLAIN_CHECKOUT, Mirror
 
 
 def configure_clone(git_dir: Path) -> bool:
-    """Make a plain git clone of a store check out memories as a mirror does: plain bytes (a memory's
-    ``\\r`` is content, no filter or conversion), exact paths, the editor temporaries left out.
-
-    For ``git-remote-memstore``: the clone is the user's repository, so only these settings are
-    added; its remotes, branches and hooks stay as git made them. Whether anything was written.
-    """
+    """Make a clone check out memories as a mirror does (plain bytes, exact paths, editor temporaries
+    excluded); whether anything was written. Its remotes, branches and hooks stay as git made them."""
     with GitStore(git_dir, action=f"opening the clone at {git_dir}") as clone:
         return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
 
 
 def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
-    """Copy the imported history of the mirror at ``mirror`` into the repository ``git_dir`` (its
-    objects, and ``ref`` there pointing at its tip, forced); the tip, or None before any import.
-
-    git's own fetch does the copying (only what ``git_dir`` lacks), so a clone and its mirror hold
-    the same commits, ids included.
-    """
-    with Mirror.open(mirror) as source:
-        tip = source.tip()
+    """Fetch the imported history of the mirror at ``mirror`` into ``git_dir`` as ``ref`` (forced), so
+    a clone and its mirror hold the same commits; the tip, or None before any import."""
+    with Mirror.open(mirror) as repo:
+        tip = repo.tip()
     if tip is None:
         return None
-    run_git(
-        git_dir,
-        [
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-auto-gc",
-            "--no-recurse-submodules",
-            str(mirror / ".git"),
-            f"+{MEMSTORE_REF}:{ref}",
-        ],
-        action=f"copying the history of {mirror} into {git_dir}",
-    )
+    flags = ["--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+    action = f"copying the history of {mirror} into {git_dir}"
+    run_git(git_dir, ["fetch", *flags, str(mirror / ".git"), f"+{MEMSTORE_REF}:{ref}"], action=action)
     return tip
 
 
 def discard_local(mirror: Path, *, files: bool = True) -> None:
-    """Put the mirror at ``mirror`` back where its imported history is: open conflicts closed (each
-    kept under ``refs/memsync/resolved/``), ``main``, the base and the index at ``memstore/main``,
-    and (``files``) the working tree holding its files. ``files=False`` when the caller writes the
-    working tree next (:func:`stage_commit`).
-
-    A clone's private mirror after a push that did not go through: the clone holds the user's work
-    and merges there, as git users do, so the private mirror keeps no edit or conflict of its own
-    that would refuse every later push.
+    """Put the mirror at ``mirror`` back at its imported history: open conflicts ended, ``main``, the
+    base and the index at ``memstore/main``, and (``files``; not when :func:`stage_commit` follows)
+    the working tree holding its files. The clone holds the user's work and merges there, so the
+    private mirror keeps no edit or conflict of its own that would refuse every later push.
     """
     with Mirror.open(mirror) as repo:
         for record in repo.conflicts.open().values():
@@ -79,18 +56,17 @@ def discard_local(mirror: Path, *, files: bool = True) -> None:
                 repo.git.delete_ref_if_equals(ref, current)
             elif tip is not None and current != tip:
                 repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
-        if files:
-            if tip is None:
-                _clear_worktree(mirror)
-            else:
-                stage_commit(mirror / ".git", tip, mirror)
         if tip is not None:
+            if files:
+                stage_commit(mirror / ".git", tip, mirror)
             align_index(repo, tip)
-        else:
-            index = repo.git.index()
-            with translated("resetting the index"):
-                index.clear()
-                index.write()
+            return
+        if files:
+            _clear_worktree(mirror)
+        index = repo.git.index()
+        with translated("resetting the index"):
+            index.clear()
+            index.write()
 
 
 def _clear_worktree(mirror: Path) -> None:
@@ -105,18 +81,14 @@ def _clear_worktree(mirror: Path) -> None:
 
 def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
     """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
-    repository at ``source`` (a clone's git dir), byte for byte: no filter, attribute or line-ending
-    conversion applies. What memsync would push from it is then the commit's change.
-
-    Returns the tree entries that cannot be a memory's file (a symbolic link, a submodule), which are
-    not written. Paths come from git trees, whose names git itself refuses to hold as ``..`` or
-    ``.git``; memsync's scan then judges every name as it judges a user's file.
+    repository ``source`` (a clone's git dir), byte for byte, so what memsync pushes from it is the
+    commit's change. Returns the entries that cannot be a memory's file (a symbolic link, a
+    submodule, a name git should not hold), which are not written; the scan judges the rest.
     """
     problems: list[str] = []
     _clear_worktree(mirror)
     with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
-        tree = clone.tree(commit)
-        pending: list[tuple[str, pygit2.Tree]] = [("", tree)]
+        pending: list[tuple[str, pygit2.Tree]] = [("", clone.tree(commit))]
         while pending:
             prefix, folder = pending.pop()
             for item in folder:
@@ -124,11 +96,11 @@ def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
                 name = f"{prefix}{base}"
                 if base in ("", ".", "..", ".git") or "/" in base:
                     problems.append(f"{name}: a name git should not hold")
-                elif item.filemode == pygit2.enums.FileMode.TREE:
+                elif item.filemode == FileMode.TREE:
                     assert isinstance(item, pygit2.Tree)
                     (mirror / name).mkdir()
                     pending.append((f"{name}/", item))
-                elif item.filemode in (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE):
+                elif item.filemode in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
                     (mirror / name).write_bytes(clone.read_blob(str(item.id)))
                 else:
                     problems.append(f"{name}: a symbolic link or submodule, not a file")

@@ -1,43 +1,22 @@
-"""Three-way merges of one memory, and conflicts recorded so that no side is ever lost.
+"""Three-way merges of one memory, and conflicts recorded so that no side is ever lost (docs/push.md).
 
-**Merging** uses git's own file merge (libgit2's ``merge_file_from_index``) in a
-scratch repository outside the mirror, so predicting a merge (``push --dry-run``) writes nothing.
-libgit2 takes no labels: the sides' index paths become the marker labels, ``local`` (the checkout)
-and ``remote`` (the store). It has no diff3 style, so the base never appears in the markers; it is
-kept in the record instead.
+Merging uses libgit2's file merge in a scratch repository outside the mirror, so predicting a merge
+(``push --dry-run``) writes nothing. libgit2 takes no labels and has no diff3 style: the markers read
+``local`` (the checkout) and ``remote`` (the store), and the base is kept in the record instead.
 
-**Recording.** A conflict is a commit under ``refs/memsync/conflicts/<name>`` whose tree holds the
-sides as files ``base`` (absent when both sides created the memory), ``local``, ``remote`` and
-``markers`` (what memsync wrote into the checkout), and whose message names the memory and the
-store's version the conflict was made against::
-
-    conflict at notes/a.md
-
-    Memsync-Conflict: 1
-    Conflict-Path: notes/a.md
-    Reason: changed locally and remotely, and the changes overlap
-    Remote-Memory-Id: mem_01HZX3
-    Remote-SHA256: <hex>
-    Local-SHA256: <hex>
-    Base-SHA256: <hex>
-    Markers-SHA256: <hex>
-
-The ref keeps every side reachable, so ``git gc`` never drops them: ``git show
-refs/memsync/conflicts/<name>:local``. ``<name>`` is the memory path with every byte outside
-``[A-Za-z0-9_-]`` written ``%XX`` (so ``a`` and ``a/b`` never clash as ref names), or ``sha256-<hex
-of the path>`` when that would be longer than 200 characters. Resolving deletes that ref and
-points ``refs/memsync/resolved/<name>`` at a commit whose tree is the record's plus ``replaced`` (the
-file's content that the resolution overwrote, if the user had edited it) and ``previous/`` (the path's
-previous resolution), so every resolution stays reachable, in case it was the wrong pick.
-Since memories may contain ``<<<<<<<`` naturally, only a record — never a marker in a file — makes a
-conflict.
+A conflict is a commit under ``refs/memsync/conflicts/<name>`` (no parents) whose tree holds the sides
+``base`` (absent when both sides created the memory), ``local``, ``remote`` and ``markers`` (what was
+written into the checkout), and whose message (``conflict at <path>`` and trailers) names the memory,
+the reason, the store's memory id and each side's SHA-256. The ref keeps every side from ``git gc``.
+Ending one moves it to ``refs/memsync/resolved/<name>``. Memories may contain ``<<<<<<<`` naturally:
+only a record, never a marker in a file, makes a conflict.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,15 +49,15 @@ class Merger:
     """git's three-way file merge over byte contents, in a scratch repository (created on first use)."""
 
     def __init__(self) -> None:
-        self._dir: str | None = None
+        self._resources = ExitStack()
         self._store: GitStore | None = None
 
     def _scratch(self) -> GitStore:
         if self._store is None:
-            self._dir = tempfile.mkdtemp(prefix="memsync-merge-")
-            self._store = GitStore(
-                Path(self._dir), create="bare", action="creating a scratch repository for merging"
-            )
+            folder = tempfile.TemporaryDirectory(prefix="memsync-merge-", ignore_cleanup_errors=True)
+            action = "creating a scratch repository for merging"
+            self._store = GitStore(Path(self._resources.enter_context(folder)), create="bare", action=action)
+            self._resources.enter_context(self._store)
         return self._store
 
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
@@ -99,12 +78,8 @@ class Merger:
         return whole_file_markers(local, remote) if merged.clean else merged.content
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        self._store = None
+        self._resources.close()
 
     def __enter__(self) -> Merger:
         return self
@@ -115,17 +90,8 @@ class Merger:
 
 def whole_file_markers(local: bytes, remote: bytes) -> bytes:
     """Both contents whole between git-style markers."""
-
-    def block(data: bytes) -> bytes:
-        return data if data == b"" or data.endswith(b"\n") else data + b"\n"
-
-    return (
-        f"<<<<<<< {LOCAL_LABEL}\n".encode()
-        + block(local)
-        + b"=======\n"
-        + block(remote)
-        + f">>>>>>> {REMOTE_LABEL}\n".encode()
-    )
+    local, remote = (data if data[-1:] in (b"", b"\n") else data + b"\n" for data in (local, remote))
+    return f"<<<<<<< {LOCAL_LABEL}\n%b=======\n%b>>>>>>> {REMOTE_LABEL}\n".encode() % (local, remote)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +111,8 @@ class ConflictRecord:
 
 
 def ref_name(memory_path: str, prefix: str = CONFLICTS_PREFIX) -> str:
-    """The ref of the memory's conflict (see the module docstring)."""
+    """The memory's ref: every byte outside ``[A-Za-z0-9_-]`` written ``%XX`` (so ``a`` and ``a/b``
+    never clash), or ``sha256-<hex of the path>`` when that is longer than 200 characters."""
     raw = memory_path.encode("utf-8")
     name = "".join(chr(b) if b in _LITERAL else f"%{b:02X}" for b in raw)
     if len(name) > _MAX_REF_NAME:
@@ -179,24 +146,23 @@ class Conflicts:
         when: datetime | None = None,
     ) -> ConflictRecord:
         """Write the conflict's commit and point its ref at it (the ref must not exist)."""
-        moment = (when or datetime.now(UTC)).astimezone(UTC)
-        sides = {"base": base, "local": local, "remote": remote, "markers": markers}
-        tree = self._git.write_flat_tree({name: data for name, data in sides.items() if data is not None})
+        sides = {"remote": remote, "local": local, "base": base, "markers": markers}  # the trailers' order
+        present = {name: data for name, data in sides.items() if data is not None}
+        tree = self._git.write_flat_tree(present)
         trailers = {
             "Memsync-Conflict": "1",
             "Conflict-Path": quote_for_message(memory_path),
             "Reason": " ".join(reason.split()),
             "Remote-Memory-Id": remote_memory_id,
-            "Remote-SHA256": _sha(remote),
-            "Local-SHA256": _sha(local),
-            **({"Base-SHA256": _sha(base)} if base is not None else {}),
-            "Markers-SHA256": _sha(markers),
+            **{
+                f"{name.capitalize()}-SHA256": hashlib.sha256(data).hexdigest()
+                for name, data in present.items()
+            },
         }
         message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
             f"{key}: {value}\n" for key, value in trailers.items()
         )
-        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-        commit = self._git.create_commit(tree, [], signature, message)
+        commit = self._commit(tree, message, when)
         ref = ref_name(memory_path)
         self._git.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
         return self._parse(ref, commit)
@@ -227,17 +193,15 @@ class Conflicts:
         replaced: bytes | None = None,
         when: datetime | None = None,
     ) -> str:
-        """Close the conflict; the ref that keeps it (``refs/memsync/resolved/<name>``) is returned.
+        """Close the conflict; return the ref that keeps it, ``refs/memsync/resolved/<name>``.
 
-        That ref gets a new commit (no parents: a record, not history) whose tree is the conflict's,
-        plus ``replaced`` — what the file held when the resolution overwrote it (edits made after
-        the conflict was recorded), so choosing ``--ours`` or ``--theirs`` never loses them — plus
-        ``previous/``, the tree of the path's previous resolution, so every resolution stays
-        reachable.
+        Its new commit's tree is the conflict's plus ``replaced``, what the file held when the
+        resolution overwrote it (edits made after the conflict was recorded: ``--ours`` or
+        ``--theirs`` never loses them), and ``previous/``, the path's previous resolution, so every
+        resolution stays reachable in case it was the wrong pick.
         """
         resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
         previous = self._git.ref_target(resolved)
-        moment = (when or datetime.now(UTC)).astimezone(UTC)
         tree = self._git.write_flat_tree(
             {"replaced": replaced} if replaced is not None else {},
             trees={"previous": previous} if previous is not None else None,
@@ -248,11 +212,16 @@ class Conflicts:
             f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
             f"Resolution: {resolution}\n"
         )
-        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
-        commit = self._git.create_commit(tree, [], signature, message)
+        commit = self._commit(tree, message, when)
         self._git.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
         self._git.delete_ref_if_equals(record.ref, record.commit)
         return resolved
+
+    def _commit(self, tree: str, message: str, when: datetime | None) -> str:
+        """A parentless commit: a record, not history."""
+        moment = (when or datetime.now(UTC)).astimezone(UTC)
+        signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
+        return self._git.create_commit(tree, [], signature, message)
 
     def _parse(self, ref: str, commit: str) -> ConflictRecord:
         with translated(f"reading {ref}"):
@@ -280,7 +249,3 @@ class Conflicts:
                 f"{ref} is not a conflict record memsync can read ({exc}); if you made it, delete it:"
                 f" git update-ref -d {ref}"
             ) from None
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -1,10 +1,9 @@
 """Where a mirror came from: the API dialect and base URL its history was imported from.
 
-Recorded in the repository's own config (``memsync.dialect``, ``memsync.apibase``; ``git config
-memsync.dialect`` shows it) by the first pull that finds its store listed, and read back before a
-command trusts a listing. Without it, a config pointed at the right server in the wrong dialect saw
-no store listed and took every mirror's store for deleted; with it, that is a configuration error
-naming both dialects, and a store a listing leaves out is only "not found" where it was looked for.
+Kept in the repository's config (``git config memsync.dialect``, ``memsync.apibase``) by the first
+pull that finds its store listed, and read back before a command trusts a listing: a config pointed
+at the right server in the wrong dialect is then a configuration error naming both dialects, instead
+of every mirror's store taken for deleted.
 """
 
 from __future__ import annotations
@@ -28,12 +27,9 @@ class Origin:
 
 
 def read_origin(mirror: Path) -> Origin | None:
-    """The origin recorded in the mirror at ``mirror`` (its working tree), or None: a mirror made
-    before origins were recorded, or one whose config cannot be read (the open that follows says why).
-
-    Reads the config file alone, without opening the repository: a selection checks every mirror of
-    the root this way.
-    """
+    """The origin recorded in the mirror at ``mirror`` (its working tree), or None: recorded before
+    origins were, or a config that cannot be read (the open that follows says why). Reads the config
+    file alone, without opening the repository: a selection checks every mirror of the root this way."""
     try:
         config = pygit2.Config(str(mirror / ".git" / "config"))
         dialect, api_base = config[_DIALECT], config[_API_BASE]
@@ -54,4 +50,4 @@ def record_origin(store: GitStore, origin: Origin) -> Origin | None:
         with translated(f"recording the mirror's origin in {store.git_dir / 'config'}"):
             config[_DIALECT] = origin.dialect
             config[_API_BASE] = origin.api_base
-    return before if before is not None and before != origin else None
+    return before if before != origin else None
