@@ -143,11 +143,14 @@ def test_an_archived_store_refuses_the_push_and_the_edits_stay(make_side: MakeSi
 
 
 def _fingerprint(repo: Path) -> dict[str, str]:
-    """Every file under the mirror (``.git`` included) and every ref, hashed."""
+    """Every file under the mirror (``.git`` included) and every ref, hashed; not the state
+    database's ``-shm``, SQLite's shared-memory index that every reader of the database writes to."""
     found: dict[str, str] = {}
     for folder, _, files in os.walk(repo):
         for name in files:
             full = Path(folder) / name
+            if name.endswith(".sqlite-shm"):
+                continue
             rel = full.relative_to(repo).as_posix()
             found[rel] = "link" if full.is_symlink() else hashlib.sha256(full.read_bytes()).hexdigest()
     found["<refs>"] = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
