@@ -3,40 +3,30 @@
 **Tree spelling** (``encode_path`` / ``decode_path``): a memory path (``notes/a.md``) becomes a
 working-tree path that git stores, checks out and fsck-verifies on every filesystem without
 interpreting it. Encoding is a bijection between memory paths and *canonical* tree paths; decoding is
-strict and refuses what encoding would not produce, so a user file ``100%.md`` is reported (with the
-suggestion ``100%25.md``), never guessed at. Segment by segment:
+strict, so a user file ``100%.md`` is reported (suggesting ``100%25.md``), never guessed at. Per segment:
 
-1. ``%``, ``\\`` (a separator to git's NTFS protection) and every control character (C0, DEL, C1)
-   are escaped as ``%`` and two upper-case hex digits per UTF-8 byte: a name never spans lines or
-   moves the terminal cursor.
-2. A segment git, libgit2 or ``git fsck`` would treat specially gets its first character escaped,
-   so it starts with ``%``, which no special name does. Special, after dropping the code points HFS+
-   ignores and case-folding: starts with ``.git`` (``.GIT``, ``.git.``, ``.gitmodules``...),
-   ``.mailmap`` or ``.lfsconfig``; looks like an NTFS 8.3 short name of one (``gi``, ``ma`` or
-   ``lf``, up to 4 more characters, ``~`` and a digit: ``git~1``, ``gi7eba~1``); or is ``.``/``..``
-   (only a continuation piece can be, see 4).
-3. A file whose path is also another memory's directory (``a`` beside ``a/b``, legal on Forward and
-   Cloud) gets the reserved suffix ``%_``. It depends on the set of paths, so :func:`encode_paths`
-   decides it for a whole tree, and the tree stays a pure function of the set of memory paths.
-4. A segment whose spelling would exceed 255 bytes (``NAME_MAX``; Anthropic segments may have 1,023
-   bytes, and escaping can push a 255-byte one over) is cut at character boundaries into pieces of
-   at most 253 bytes, each but the last followed by the reserved marker ``%+`` and a ``/``; each
-   piece is escaped as a segment of its own. Nothing is hashed or refused: every accepted path has
-   a spelling, at most about 3,100 bytes long.
+1. ``%``, ``\\`` (a separator to git's NTFS protection) and control characters (C0, DEL, C1) are
+   escaped: ``%`` and two upper-case hex digits per UTF-8 byte.
+2. A segment git, libgit2 or ``git fsck`` would treat specially gets its first character escaped.
+   Special, after dropping the code points HFS+ ignores and case-folding: starting with ``.git``,
+   ``.mailmap`` or ``.lfsconfig``; an NTFS 8.3 short name of one (``gi``, ``ma`` or ``lf``, up to 4
+   more characters, ``~`` and a digit: ``git~1``, ``gi7eba~1``); ``.`` or ``..`` (a piece of rule 4).
+3. A file whose path is also another memory's directory (``a`` beside ``a/b``) gets the suffix ``%_``.
+4. A segment whose spelling would exceed 255 bytes (``NAME_MAX``; Anthropic allows 1,023, and
+   escaping grows a name) is cut at character boundaries into pieces of at most 253 bytes, each but
+   the last ending in the marker ``%+``, each escaped as a segment. Nothing is hashed or refused.
 5. Entries of one folder whose names :func:`~memsync.mirror.folding.fold` alike (``README.md`` and
-   ``readme.md``, NFC and NFD ``é``) would be one file on a case- or normalization-insensitive disk.
-   Each that is not its own fold is spelled *folded*: every character but ASCII lower-case letters,
-   digits and some punctuation escaped (``%52%45%41%44%4D%45.md``); the one that is its own fold
-   stays plain, so a newcomer folding like an existing lower-case name renames nothing. Set-wide,
-   like rule 3 (:func:`encode_paths`, :func:`folded_segments`).
-6. Names Windows cannot hold: ``<>:"|?*`` are escaped anywhere (as rule 1), a name's last character
-   when it is a dot or a space, and the first character of a device name (CON, PRN, AUX, NUL,
-   COM1-9, LPT1-9, with any extension).
+   ``readme.md``; NFC and NFD ``é``) would be one file on a case- or normalization-insensitive disk.
+   Each that is not its own fold is spelled *folded*, all but ASCII lower-case letters, digits and
+   some punctuation escaped (``%52%45%41%44%4D%45.md``); its own fold stays plain, so a newcomer
+   folding like an existing lower-case name renames nothing.
+6. What Windows cannot hold: ``<>:"|?*`` anywhere (as rule 1), a last character that is a dot or a
+   space, and the first character of a device name (CON, PRN, AUX, NUL, COM1-9, LPT1-9, any extension).
 
-A tree spelled by rule 5 or 6 is Memsync-Format 2; older mirrors spelled such names by rules 1-4
-(:attr:`Spelling.FORMAT1`), which decoding reads until the next pull respells them
-(:func:`memsync.mirror.rewrite.respell_history`). ``%+`` and ``%_`` cannot come from rule 1 (no hex
-digits follow the ``%``), so no memory segment can forge them.
+Rules 3 and 5 depend on the set of paths (:func:`encode_paths`), so a tree is a pure function of its
+set of memory paths. Rules 5 and 6 came with Memsync-Format 2; decoding still reads the older spelling
+(:attr:`Spelling.FORMAT1`) until a pull respells it (:mod:`~memsync.mirror.rewrite`). No memory
+segment can forge ``%+`` or ``%_`` (rule 1 puts hex digits after a ``%``).
 
 **Message spelling** (``quote_for_message``): git's C-quoting where needed, so a path in a commit
 message or trailer can never span lines or forge a trailer.
@@ -175,34 +165,28 @@ def check_memory_path(memory_path: object) -> str:
     could escape the repository."""
     if not isinstance(memory_path, str):
         raise PathEncodingError("a memory path must be a string", path=repr(memory_path), reason="type")
-    problem = _memory_path_problem(memory_path)
-    if problem is None:
-        return memory_path
-    reason, why = problem
-    raise PathEncodingError(
-        f"memory path {escape_for_terminal(memory_path)} cannot be stored: {why}",
-        path=memory_path,
-        reason=reason,
-    )
+    path: str = memory_path
 
+    def refused(reason: str, why: str) -> PathEncodingError:
+        shown = escape_for_terminal(path)
+        return PathEncodingError(f"memory path {shown} cannot be stored: {why}", path=path, reason=reason)
 
-def _memory_path_problem(memory_path: str) -> tuple[str, str] | None:
-    if memory_path == "":
-        return "empty", "it is empty"
-    if memory_path.startswith("/"):
-        return "absolute", "it is absolute; the mirror takes the relative form (notes/a.md)"
-    if "\x00" in memory_path:
-        return "nul", "it contains NUL"
+    if path == "":
+        raise refused("empty", "it is empty")
+    if path.startswith("/"):
+        raise refused("absolute", "it is absolute; the mirror takes the relative form (notes/a.md)")
+    if "\x00" in path:
+        raise refused("nul", "it contains NUL")
     try:
-        size = len(memory_path.encode("utf-8"))
+        size = len(path.encode("utf-8"))
     except UnicodeEncodeError:
-        return "utf8", "it is not valid UTF-8 (lone surrogate)"
+        raise refused("utf8", "it is not valid UTF-8 (lone surrogate)") from None
     if size > MAX_MEMORY_PATH_BYTES:
-        return "too_long", f"it is {size} bytes of UTF-8; at most {MAX_MEMORY_PATH_BYTES}"
-    for index, segment in enumerate(memory_path.split("/"), start=1):
+        raise refused("too_long", f"it is {size} bytes of UTF-8; at most {MAX_MEMORY_PATH_BYTES}")
+    for index, segment in enumerate(path.split("/"), start=1):
         if segment in ("", ".", ".."):
-            return "bad_segment", f"segment {index} is empty, '.' or '..'"
-    return None
+            raise refused("bad_segment", f"segment {index} is empty, '.' or '..'")
+    return path
 
 
 def encode_path(
