@@ -40,7 +40,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 
 from memsync.mirror.errors import PathEncodingError
@@ -393,6 +393,7 @@ def _not_canonical(tree_path: str, why: str, canonical: str | None = None) -> Pa
 _C_CHARS, _C_LETTERS = '\a\b\t\n\v\f\r"\\', 'abtnvfr"\\'
 _C_ESCAPES = {ch: "\\" + letter for ch, letter in zip(_C_CHARS, _C_LETTERS, strict=True)}
 _C_UNESCAPES = dict(zip(_C_LETTERS, _C_CHARS, strict=True))
+_TERMINAL_ESCAPES = {ch: escape for ch, escape in _C_ESCAPES.items() if ch != '"'}
 # Printable ASCII but '"' and '\\', not starting or ending with a space: never needs quotes.
 _PLAIN_ASCII = re.compile(r"[!#-\[\]-~](?:[ !#-\[\]-~]*[!#-\[\]-~])?")
 # Inside quotes: an octal byte, another escape (or a dangling backslash), a stray quote, or literals.
@@ -400,8 +401,22 @@ _QUOTED_TOKEN = re.compile(r'\\[0-3][0-7]{2}|\\.?|"|[^\\"]+', re.DOTALL)
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
 
-def _is_unsafe_char(ch: str) -> bool:
-    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+def _escape_chars(text: str, escapes: Mapping[str, str], unsafe: Callable[[str], str]) -> str:
+    """``text`` with the characters ``escapes`` names replaced, and each other control, format or
+    separator character spelled by ``unsafe``."""
+    return "".join(
+        escapes.get(ch) or (unsafe(ch) if unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch)
+        for ch in text
+    )
+
+
+def _octal_bytes(ch: str) -> str:
+    return "".join(f"\\{byte:03o}" for byte in ch.encode("utf-8", "surrogatepass"))
+
+
+def _code_point(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def quote_for_message(path: str) -> str:
@@ -411,23 +426,12 @@ def quote_for_message(path: str) -> str:
     starts or ends with white space (a trailer parser would strip it); inside, git's escapes and
     ``\\ooo`` octal UTF-8 bytes, as git's ``unquote_c_style`` reads them. The result is one line.
     """
-    if _PLAIN_ASCII.fullmatch(path) or not (
-        path == ""
-        or path[0].isspace()
-        or path[-1].isspace()
-        or any(ch in _C_ESCAPES or _is_unsafe_char(ch) for ch in path)
-    ):
+    if _PLAIN_ASCII.fullmatch(path):
         return path
-    out = ['"']
-    for ch in path:
-        if ch in _C_ESCAPES:
-            out.append(_C_ESCAPES[ch])
-        elif _is_unsafe_char(ch):
-            out.append("".join(f"\\{byte:03o}" for byte in ch.encode("utf-8", "surrogatepass")))
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+    quoted = _escape_chars(path, _C_ESCAPES, _octal_bytes)
+    if quoted != path or path == "" or path[0].isspace() or path[-1].isspace():
+        return f'"{quoted}"'
+    return path
 
 
 def unquote_from_message(text: str) -> str:
@@ -459,18 +463,7 @@ def escape_for_terminal(path: str) -> str:
     ESC sequences, bidi overrides and line breaks in a hostile path cannot rewrite the terminal or
     forge output lines; ``\\x1b``, ``\\u202e``, ``\\n`` show what is there.
     """
-    out = []
-    for ch in path:
-        code = ord(ch)
-        if ch in _C_ESCAPES and ch != '"':
-            out.append(_C_ESCAPES[ch])
-        elif _is_unsafe_char(ch):
-            out.append(
-                f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-            )
-        else:
-            out.append(ch)
-    return "".join(out)
+    return _escape_chars(path, _TERMINAL_ESCAPES, _code_point)
 
 
 def tree_layout_problems(tree_paths: Mapping[str, str]) -> list[str]:
