@@ -337,11 +337,8 @@ def read_spelling(tree_path: str) -> tuple[str, tuple[Spelling, ...], bool]:
 
 
 def decode_path(tree_path: str) -> str:
-    """The memory path stored at working-tree path ``tree_path``; strict.
-
-    Refuses any path no spelling rule produces (a stray ``%``, lower-case or needless escapes, a
-    special name left unescaped, a misplaced marker), naming the accepted spelling when it can.
-    """
+    """The memory path at ``tree_path``; strict: a stray ``%``, lower-case or needless escapes, a
+    special name left unescaped or a misplaced marker is refused, naming the right spelling if it can."""
     return read_spelling(tree_path)[0]
 
 
