@@ -1,17 +1,14 @@
 """What in a checkout is never a memory unless the store or git already has it: one list, one matcher.
 
-Two sources, both matched by git's own rules (libgit2's ``path_is_ignored``, the same answer ``git
-status`` and ``git check-ignore`` give), so the push's scan, the daemon's watcher and ``git status``
-never disagree:
+Both sources are matched by git's own rules (libgit2's ``path_is_ignored``, as ``git status`` and
+``git check-ignore`` answer), so the push's scan, the daemon's watcher and ``git status`` agree:
 
-* **Temporaries** of editors and tools, which :data:`TEMPORARIES` lists and every mirror's
-  ``.git/info/exclude`` carries (:data:`EXCLUDE_BLOCK`). A save is made of them, and one may outlive
-  the save (an editor killed mid-save); pushed, each would become a memory, and its removal a delete.
-* **The user's own rules**: ``.gitignore`` files anywhere in the checkout and the lines they add to
-  ``.git/info/exclude``. A ``.gitignore`` file is the user's: never a memory, never reported (a memory
-  whose path is ``.gitignore`` lives at ``%2Egitignore``, which git does not read). A global excludes
-  file is not consulted (the mirror sets ``core.excludesfile`` to nothing): what hides a memory must
-  be visible in the mirror itself.
+* **Temporaries** of editors and tools (:data:`TEMPORARIES`, in every mirror's ``.git/info/exclude``):
+  one may outlive its save (an editor killed mid-save); pushed, it would become a memory, and its
+  removal a delete.
+* **The user's rules**: ``.gitignore`` files, which are never memories nor reported (a memory named
+  ``.gitignore`` is ``%2Egitignore``), and their lines in ``.git/info/exclude``. No global excludes
+  file (the mirror sets ``core.excludesfile`` to nothing): what hides a memory must be in the mirror.
 
 A path either rule matches still counts when it is tracked, or when the store (or the base) has a
 memory at it: a memory may have any name, and ignoring it would delete it.
@@ -55,21 +52,10 @@ EXCLUDE_BLOCK = (
     " %2Egitignore)\n" + f"{IGNORE_FILE}\n"
 )
 
-# What earlier versions of memsync wrote: replaced by EXCLUDE_BLOCK where found, so a mirror does not
-# keep two copies of the list.
+# What earlier versions wrote: replaced by EXCLUDE_BLOCK where found, so a mirror keeps one list.
 OLD_EXCLUDE_BLOCKS = (
-    """\
-# memsync: editor and tool temporaries are never memories (untracked files only)
-*.swp
-*.swo
-*.swx
-*~
-.#*
-\\#*#
-4913
-.*.kate-swp
-.DS_Store
-""",
+    "# memsync: editor and tool temporaries are never memories (untracked files only)\n"
+    "*.swp\n*.swo\n*.swx\n*~\n.#*\n\\#*#\n4913\n.*.kate-swp\n.DS_Store\n",
 )
 
 
@@ -79,9 +65,5 @@ def is_ignore_file(tree_path: str) -> bool:
 
 
 def is_ignored(mirror: GitStore, tree_path: str) -> bool:
-    """Whether an untracked file at ``tree_path`` is left out: a ``.gitignore``, or a path git ignores.
-
-    Only the caller knows whether the path is a memory already (tracked, in the base or the store),
-    which overrides this.
-    """
+    """Whether an untracked file at ``tree_path`` is left out, unless the caller knows it is a memory."""
     return is_ignore_file(tree_path) or mirror.is_ignored(tree_path)

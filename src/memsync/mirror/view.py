@@ -1,18 +1,14 @@
 """Awareness views: read-only git repositories whose tree is what an agent's sandbox sees (docs/awareness.md).
 
-A view lives at ``<mirror root>/awareness/<identity>/<template>/`` (each id one percent-escaped path
-segment), outside every store's mirror folder, with ``main`` checked out. It is not a mirror: it has
-no ``memstore`` remote, no ``memsync.mirrorformat`` (so :meth:`Mirror.open` refuses it) and carries
-``memsync.viewformat`` instead, and nothing in it is ever pushed.
+A view lives at ``<mirror root>/awareness/<identity>/<template>/`` with ``main`` checked out. It is no
+mirror: no ``memstore`` remote, ``memsync.viewformat`` instead of ``memsync.mirrorformat`` (so
+:meth:`Mirror.open` refuses it), and nothing in it is ever pushed.
 
-This module owns the git side only: reading a store mirror's imported commits with the files each one
-changed (:func:`read_history`), and writing a view's commits — trees with memsync's path encoding
-(``a`` beside ``a/b`` is ``a%_``), blobs copied from the stores' mirrors, messages with trailers — through
-``git fast-import``, then the checkout and ``main``. Which copy of a path is visible is decided by
-:mod:`memsync.engine.awareness`; the sync layer composes the two.
-
-Commit ids are a pure function of what is written: author and committer lines are copied from the
-store commit of the version, the message derives from ids and paths, trees from the file set.
+This module is the git side: reading a store mirror's commits with the files each changed
+(:func:`read_history`) and writing a view's commits through ``git fast-import``, then its checkout and
+``main``. Which copy of a path is visible is :mod:`memsync.engine.awareness`'s decision. Commit ids
+are a pure function of what is written: author and committer are copied from the store commit, the
+message derives from ids and paths, the tree from the file set.
 """
 
 from __future__ import annotations
@@ -84,13 +80,8 @@ def view_path(root: Path, identity_id: str, template_id: str) -> Path:
 def find_views(root: Path) -> list[Path]:
     """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
     base = root / VIEWS_FOLDER
-    if not base.is_dir():
-        return []
-    found: list[Path] = []
-    for identity in sorted(base.iterdir()):
-        if identity.is_dir():
-            found.extend(t for t in sorted(identity.iterdir()) if (t / ".git").is_dir())
-    return found
+    identities = sorted(folder for folder in base.iterdir() if folder.is_dir()) if base.is_dir() else []
+    return [view for folder in identities for view in sorted(folder.iterdir()) if (view / ".git").is_dir()]
 
 
 # --- reading a store mirror's imported history -------------------------------------------------------
@@ -107,7 +98,6 @@ class Identity:
 
     @classmethod
     def of(cls, signature: pygit2.Signature) -> Identity:
-        """The identity of a pygit2 signature, byte for byte."""
         return cls(signature.raw_name, signature.raw_email, signature.time, signature.offset)
 
     def line(self) -> bytes:
@@ -118,11 +108,8 @@ class Identity:
 
 @dataclass(frozen=True, slots=True)
 class StoreCommit:
-    """One imported version of a store, as a view needs it.
-
-    ``changes`` maps each memory path the commit touched to its new blob id (None: the file went);
-    a redacted or skipped version changes nothing.
-    """
+    """One imported version of a store, and its new blob id of each memory path it touched (None: the
+    file went; a redacted or skipped version changes nothing)."""
 
     commit: str
     version: ImportedVersion
@@ -132,11 +119,8 @@ class StoreCommit:
 
 
 def read_history(mirror: Mirror, since: str | None = None, until: str | None = None) -> Iterator[StoreCommit]:
-    """The imported commits after ``since`` up to ``until`` (default: the tip), oldest first.
-
-    ``since`` must be an ancestor of ``until`` (:meth:`GitStore.is_ancestor`); commits are read one at a
-    time, so memory stays flat whatever the history's length.
-    """
+    """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
+    first; read one at a time, so memory stays flat whatever the history's length."""
     tip = until or mirror.tip()
     if tip is None:
         return
@@ -150,10 +134,9 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
             commit_id = str(commit.id)
             version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
             tree = commit.tree
-            if commit.parents:
-                diff = commit.parents[0].tree.diff_to_tree(tree)
-            else:
-                diff = tree.diff_to_tree(swap=True)
+            diff = (
+                commit.parents[0].tree.diff_to_tree(tree) if commit.parents else tree.diff_to_tree(swap=True)
+            )
             removed: dict[str, str] = {}
             added: dict[str, str] = {}
             for delta in diff.deltas:
@@ -174,11 +157,8 @@ def read_history(mirror: Mirror, since: str | None = None, until: str | None = N
 
 @dataclass(frozen=True, slots=True)
 class ViewCommit:
-    """What one view commit records: the version that changed the visible tree, and whom it shadows.
-
-    ``paths`` are the memory paths the version touched; ``shadowed`` the stores whose copies of them
-    stay hidden, in mount order.
-    """
+    """What one view commit records: the version that changed the visible tree, the memory paths it
+    touched, and the stores whose copies of them stay hidden (``shadowed``, in mount order)."""
 
     store_id: str
     version: ImportedVersion
@@ -197,11 +177,7 @@ class ViewEdit:
 
 
 def format_view_message(commit: ViewCommit) -> str:
-    """The message of a view commit: a summary line and one paragraph of trailers.
-
-    Paths are C-quoted where needed (:func:`quote_for_message`), so no path can add a line or forge a
-    trailer.
-    """
+    """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
     version = commit.version
     shown = quote_for_message(commit.paths[0]) if commit.paths else f"memory {version.memory_id}"
     more = f" (+{len(commit.paths) - 1} more)" if len(commit.paths) > 1 else ""
@@ -220,11 +196,7 @@ def format_view_message(commit: ViewCommit) -> str:
 
 
 class View:
-    """The git repository of one awareness view. Open (or create) with :meth:`open`.
-
-    It holds its repository (``git``) rather than being one: what a view offers is the few verbs
-    below, and the git plumbing stays behind ``git``.
-    """
+    """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
     def __init__(self, git: GitStore) -> None:
         self.git = git
@@ -285,8 +257,8 @@ class View:
         return {decode_path(tree_path): blob for tree_path, blob in found.items()}
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
-        """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write: their
-        message lacks the view's format trailer (someone committed in the view)."""
+        """Commits after ``since`` up to ``tip`` (newest first) without the view's format trailer:
+        someone committed in the view."""
         found = []
         with translated("reading the view's history"):
             hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
@@ -297,10 +269,8 @@ class View:
         return found
 
     def edits(self) -> list[ViewEdit]:
-        """How the working tree differs from ``main`` — edits nobody will push (sorted by path).
-
-        Compared with ``main``'s tree itself, not the index, so a staged edit counts as well.
-        """
+        """How the working tree differs from ``main``'s tree (not the index: a staged edit counts too),
+        sorted: edits nobody will push."""
         tip = self.tip()
         flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
         with translated("comparing the view's checkout with main"):
@@ -335,11 +305,8 @@ class View:
         return ViewWriter(self, rebuild=rebuild)
 
     def _checkout(self, tip: str | None, expected: str | None) -> None:
-        """Bring the working tree to ``tip`` (not ``expected``), keeping the user's edits; move ``main``.
-
-        Unchanged files follow; a file edited in the view (or in the way) stays as it is and shows as
-        an edit against the new ``main`` — the view is read-only, and the edit is not lost either.
-        """
+        """Check ``tip`` out and move ``main`` from ``expected``; a file edited in the view (or in the
+        way) keeps the user's bytes and shows as an edit against the new ``main``: never lost."""
         with translated("checking out the awareness view"):
             target = self.git.tree(tip)
             conflicts = ConflictPaths()
@@ -374,13 +341,9 @@ class View:
 
 
 class ViewWriter:
-    """Writes view commits (``git fast-import``, a process per batch); :meth:`finish` checks the
-    result out and moves ``main``.
-
-    Nothing is visible before :meth:`finish`: an interrupted build leaves ``main`` and the working tree
-    as they were (at most an unreferenced pack). With ``rebuild`` the history starts empty and, once
-    ``main`` has moved, git prunes every object nothing reaches any more, so content a rewritten store
-    no longer holds (a redaction) leaves the view too.
+    """Writes view commits (``git fast-import``, a process per batch); nothing is visible before
+    :meth:`finish` checks them out and moves ``main``, so an interrupted build leaves at most an
+    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned.
     """
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
@@ -399,7 +362,7 @@ class ViewWriter:
         self, visible: Mapping[str, tuple[str, Callable[[str], bytes]] | None], commit: ViewCommit
     ) -> None:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
-        (``read(blob_id)`` gives its bytes, from the store's mirror), or None where it left the view."""
+        (``read`` gives a blob's bytes from the store's mirror), or None where it left the view."""
         if self._stream is None:
             self._stream = self._view.git.fast_import()
         stream = self._stream
@@ -410,7 +373,10 @@ class ViewWriter:
                     self._paths.remove(path)
                 continue
             blob_id, read = target
-            self._ensure_blob(stream, blob_id, read)
+            if blob_id not in self._blobs and (self._rebuild or not self._view.git.has_object(blob_id)):
+                if stream.blob(read(blob_id)) != blob_id:
+                    raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
+                self._blobs.add(blob_id)
             if self._paths.owner(path) is None:
                 self._paths.add(path, path)
             self._changes.put(self._paths, path, blob_id)
@@ -426,7 +392,7 @@ class ViewWriter:
             self._write_batch()
 
     def finish(self) -> str | None:
-        """Write what is pending, check the new tip out, move ``main`` (compare-and-swap); the tip."""
+        """Write what is pending, check the new tip out and move ``main`` (compare-and-swap); the tip."""
         self._write_batch()
         tip = self._tip
         if tip != self._expected:
@@ -445,10 +411,3 @@ class ViewWriter:
         ids = stream.finish()
         if stream.commits:
             self._tip = ids[stream.commits]
-
-    def _ensure_blob(self, stream: FastImport, blob_id: str, read: Callable[[str], bytes]) -> None:
-        if blob_id in self._blobs or (not self._rebuild and self._view.git.has_object(blob_id)):
-            return
-        if stream.blob(read(blob_id)) != blob_id:
-            raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
-        self._blobs.add(blob_id)
