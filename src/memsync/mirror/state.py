@@ -52,6 +52,7 @@ CACHES = frozenset(
         "layout",
         "metadata-follows",
         "spelling-rules",
+        "view",
     ]
 )
 INTENTS = frozenset(["checkout", "rewrite-pending", "superseded", "backup-prune-pending"])
@@ -74,6 +75,7 @@ _LEGACY_FILES = [
     "layout-checked",
     "metadata-follows",
     "spelling-rules",
+    "view.json",
 ]  # checkout-pid: an older mark that named no commits, so nothing to settle by
 
 

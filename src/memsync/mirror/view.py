@@ -13,7 +13,6 @@ message derives from ids and paths, the tree from the file set.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import RefMoved, translated
 from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitstore import GitStore, replace_file
+from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decode_path, quote_for_message
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
@@ -37,7 +36,6 @@ from memsync.mirror.trailers import parse_message
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
-_STATE_FILE = "view.json"
 _MAIN_REF = "refs/heads/main"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
 _VIEW_TRAILER = "Memsync-View-Format"
@@ -286,17 +284,12 @@ class View:
         return sorted(found, key=lambda e: e.tree_path)
 
     def read_state(self) -> dict[str, Any] | None:
-        """The record of the last build (a cache: a view without it is rebuilt), or None."""
-        try:
-            loaded = json.loads((self.git.state_dir / _STATE_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        """The record of the last build (the state's ``view`` cache: without it the view is rebuilt)."""
+        loaded = self.git.state.get("view")
         return loaded if isinstance(loaded, dict) else None
 
     def write_state(self, state: Mapping[str, Any]) -> None:
-        """Replace the build record atomically."""
-        text = json.dumps(state, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
-        replace_file(self.git.state_dir / _STATE_FILE, text.encode("utf-8"))
+        self.git.state.put("view", dict(state))
 
     # --- writing ---------------------------------------------------------------------------------
 
