@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import MirrorError, UsageError, UserError
-from memsync.mirror import Mirror, view_folder_name, view_path
+from memsync.mirror import Mirror, View
 from memsync.sync.awareness import AwarenessReport, build_view, refresh_awareness
 from memsync.sync.pull import pull_store
 from memsync.sync.stores import existing_mirrors
@@ -199,14 +199,14 @@ def test_the_mirrors_are_read_for_the_view_not_the_checkouts(pair: Pair, tmp_pat
 
 
 def test_ids_become_safe_folder_names() -> None:
-    assert view_folder_name("idn_63ee28747a35cff93771c491") == "idn_63ee28747a35cff93771c491"
-    assert view_folder_name("a/b c") == "a%2Fb%20c"
-    assert view_folder_name("..") == "%2E."
-    assert view_folder_name(".git") == "%2Egit"
-    assert view_folder_name("100%") == "100%25"
-    assert view_path(Path("/r"), "i", "t") == Path("/r/awareness/i/t")
+    assert View.folder_name("idn_63ee28747a35cff93771c491") == "idn_63ee28747a35cff93771c491"
+    assert View.folder_name("a/b c") == "a%2Fb%20c"
+    assert View.folder_name("..") == "%2E."
+    assert View.folder_name(".git") == "%2Egit"
+    assert View.folder_name("100%") == "100%25"
+    assert View.path_for(Path("/r"), "i", "t") == Path("/r/awareness/i/t")
     with pytest.raises(UsageError):
-        view_folder_name("")
+        View.folder_name("")
 
 
 def test_a_version_that_arrives_late_rebuilds_to_the_same_ids(pair: Pair, tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_only_active_mounts_take_part(pair: Pair, tmp_path: Path) -> None:
     ]
     report = AwarenessReport(identity=pair.identity, template=pair.template, path="")
     build_view(root, pair.identity, pair.template, mounts, report)
-    assert tree_files(view_path(root, pair.identity, pair.template)) == DEFAULT_FILES
+    assert tree_files(View.path_for(root, pair.identity, pair.template)) == DEFAULT_FILES
 
 
 def test_a_view_is_never_taken_for_a_mirror(pair: Pair, tmp_path: Path) -> None:

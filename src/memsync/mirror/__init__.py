@@ -8,15 +8,15 @@ engine it reads snapshots of commits and of the working tree, writes the checkou
 records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
 """
 
-from memsync.mirror.backups import BackupRepository, BackupTarget, ImportedCommit, PushResult, push_mirror
+from memsync.mirror.backups import BackupRepository, BackupTarget, ImportedCommit, PushResult
 from memsync.mirror.branch import main_rewind, pushed_refs, reset_main
-from memsync.mirror.clone import configure_clone, copy_history, discard_local, stage_commit
+from memsync.mirror.clone import Clone
 from memsync.mirror.conflicts import ConflictRecord, Merger
 from memsync.mirror.errors import FormatError, PathEncodingError, RefMoved
 from memsync.mirror.fastimport import blob_id
 from memsync.mirror.gitstore import clear_stale_locks
 from memsync.mirror.history import HistoryWriter, VersionRecord
-from memsync.mirror.origin import Origin, read_origin
+from memsync.mirror.origin import Origin
 from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import defer_rewrite, respell_history, rewrite_pending, rewrite_redacted
@@ -30,15 +30,7 @@ from memsync.mirror.snapshots import (
     write_base,
 )
 from memsync.mirror.trailers import Operation, inferred_version_id
-from memsync.mirror.view import (
-    StoreCommit,
-    View,
-    ViewCommit,
-    find_views,
-    read_history,
-    view_folder_name,
-    view_path,
-)
+from memsync.mirror.view import StoreCommit, View, ViewCommit
 from memsync.mirror.worktree import NOT_REGULAR, CheckoutChange, Worktree, WorktreeChanged, WorktreeScan
 
 __all__ = [
@@ -47,6 +39,7 @@ __all__ = [
     "BackupTarget",
     "BlobHashes",
     "CheckoutChange",
+    "Clone",
     "ConflictRecord",
     "FormatError",
     "HistoryWriter",
@@ -70,30 +63,20 @@ __all__ = [
     "blob_id",
     "clear_stale_locks",
     "commit_snapshot",
-    "configure_clone",
-    "copy_history",
     "decode_path",
     "defer_rewrite",
-    "discard_local",
     "encode_path",
     "encode_paths",
     "escape_for_terminal",
-    "find_views",
     "inferred_version_id",
     "keep_base_ids",
     "main_rewind",
-    "push_mirror",
     "pushed_refs",
     "read_base",
-    "read_history",
-    "read_origin",
     "reset_main",
     "respell_history",
     "rewrite_pending",
     "rewrite_redacted",
-    "stage_commit",
     "store_blob",
-    "view_folder_name",
-    "view_path",
     "write_base",
 ]

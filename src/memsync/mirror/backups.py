@@ -97,6 +97,10 @@ class BackupTarget:
         path = Path(os.path.normpath(path if path.is_absolute() else (base or Path.cwd()) / path))
         return cls(url=str(path), display=str(path), kind="local", path=path)
 
+    def push(self, mirror: Mirror) -> PushResult:
+        """Push the mirror's :func:`backup_refs` here; errors land in the result, never raised."""
+        return _push_mirror(mirror, self)
+
     @property
     def identity(self) -> str:
         """A spelling two targets share exactly when they are the same place (to refuse collisions)."""
@@ -199,7 +203,7 @@ class RefPush:
 
 @dataclass
 class PushResult:
-    """What :func:`push_mirror` did at one target."""
+    """What :meth:`BackupTarget.push` did at one target."""
 
     target: str
     created: bool = False
@@ -238,8 +242,7 @@ def backup_refs(mirror: Mirror) -> dict[str, str]:
     return {local: remote for local, remote in wanted.items() if local in names}
 
 
-def push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
-    """Push the mirror's :func:`backup_refs` to ``target``; errors land in the result, never raised."""
+def _push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
     result = PushResult(target=target.display)
     try:
         _push(mirror, target, result)

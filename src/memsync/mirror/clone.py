@@ -1,11 +1,13 @@
-"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors: a clone configured
-the way a mirror is, the private mirror's history copied into it, a pushed commit staged in the private
-mirror's working tree, and the private mirror put back after a push that did not go through.
+"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors (:class:`Clone`):
+a clone configured the way a mirror is, the private mirror's history copied into it, a pushed commit
+staged in the private mirror's working tree, and the private mirror put back after a push that did
+not go through.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -20,29 +22,44 @@ from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, PLAIN_CHECKOUT, Mirror
 
 
-def configure_clone(git_dir: Path) -> bool:
-    """Make a clone check out memories as a mirror does (plain bytes, exact paths, editor temporaries
-    excluded); whether anything was written. Its remotes, branches and hooks stay as git made them."""
-    with GitStore(git_dir, action=f"opening the clone at {git_dir}") as clone:
-        return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+@dataclass(frozen=True, slots=True)
+class Clone:
+    """A git clone of a store (its ``git_dir``) and memsync's private mirror of that store."""
+
+    git_dir: Path
+    mirror: Path
+
+    def configure(self) -> bool:
+        """Make the clone check out memories as a mirror does (plain bytes, exact paths, editor
+        temporaries excluded); whether anything was written. Remotes, branches and hooks stay."""
+        with GitStore(self.git_dir, action=f"opening the clone at {self.git_dir}") as clone:
+            return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+
+    def copy_history(self, ref: str) -> str | None:
+        """Fetch the private mirror's imported history into the clone as ``ref`` (forced), so both
+        hold the same commits; the tip, or None before any import."""
+        with Mirror.open(self.mirror) as repo:
+            tip = repo.tip()
+        if tip is None:
+            return None
+        flags = ["--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
+        fetch = ["fetch", *flags, str(self.mirror / ".git"), f"+{MEMSTORE_REF}:{ref}"]
+        run_git(self.git_dir, fetch, action=f"copying the history of {self.mirror} into {self.git_dir}")
+        return tip
+
+    def discard_local(self, *, files: bool = True) -> None:
+        """Put the private mirror back at its imported history (see :func:`_discard_local`)."""
+        _discard_local(self.mirror, files=files)
+
+    def stage(self, commit: str) -> list[str]:
+        """Make the private mirror's working tree hold exactly the files of the clone's ``commit``
+        (see :func:`_stage`)."""
+        return _stage(self.git_dir, commit, self.mirror)
 
 
-def copy_history(mirror: Path, git_dir: Path, ref: str) -> str | None:
-    """Fetch the imported history of the mirror at ``mirror`` into ``git_dir`` as ``ref`` (forced), so
-    a clone and its mirror hold the same commits; the tip, or None before any import."""
-    with Mirror.open(mirror) as repo:
-        tip = repo.tip()
-    if tip is None:
-        return None
-    flags = ["--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"]
-    action = f"copying the history of {mirror} into {git_dir}"
-    run_git(git_dir, ["fetch", *flags, str(mirror / ".git"), f"+{MEMSTORE_REF}:{ref}"], action=action)
-    return tip
-
-
-def discard_local(mirror: Path, *, files: bool = True) -> None:
+def _discard_local(mirror: Path, *, files: bool = True) -> None:
     """Put the mirror at ``mirror`` back at its imported history: open conflicts ended, ``main``, the
-    base and the index at ``memstore/main``, and (``files``; not when :func:`stage_commit` follows)
+    base and the index at ``memstore/main``, and (``files``; not when :func:`_stage` follows)
     the working tree holding its files. The clone holds the user's work and merges there, so the
     private mirror keeps no edit or conflict of its own that would refuse every later push.
     """
@@ -58,7 +75,7 @@ def discard_local(mirror: Path, *, files: bool = True) -> None:
                 repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
         if tip is not None:
             if files:
-                stage_commit(mirror / ".git", tip, mirror)
+                _stage(mirror / ".git", tip, mirror)
             align_index(repo, tip)
             return
         if files:
@@ -79,7 +96,7 @@ def _clear_worktree(mirror: Path) -> None:
             entry.unlink()
 
 
-def stage_commit(source: Path, commit: str, mirror: Path) -> list[str]:
+def _stage(source: Path, commit: str, mirror: Path) -> list[str]:
     """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
     repository ``source`` (a clone's git dir), byte for byte, so what memsync pushes from it is the
     commit's change. Returns the entries that cannot be a memory's file (a symbolic link, a

@@ -25,17 +25,17 @@ class Origin:
     dialect: str
     api_base: str
 
-
-def read_origin(mirror: Path) -> Origin | None:
-    """The origin recorded in the mirror at ``mirror`` (its working tree), or None: recorded before
-    origins were, or a config that cannot be read (the open that follows says why). Reads the config
-    file alone, without opening the repository: a selection checks every mirror of the root this way."""
-    try:
-        config = pygit2.Config(str(mirror / ".git" / "config"))
-        dialect, api_base = config[_DIALECT], config[_API_BASE]
-    except (KeyError, pygit2.GitError, OSError):
-        return None
-    return Origin(str(dialect), str(api_base))
+    @staticmethod
+    def read(mirror: Path) -> Origin | None:
+        """The origin recorded in the mirror at ``mirror`` (its working tree), or None: recorded before
+        origins were, or a config that cannot be read (the open that follows says why). Reads the
+        config file alone, without opening the repository: a selection checks every mirror this way."""
+        try:
+            config = pygit2.Config(str(mirror / ".git" / "config"))
+            dialect, api_base = config[_DIALECT], config[_API_BASE]
+        except (KeyError, pygit2.GitError, OSError):
+            return None
+        return Origin(str(dialect), str(api_base))
 
 
 def record_origin(store: GitStore, origin: Origin) -> Origin | None:

@@ -5,7 +5,7 @@ mirror: no ``memstore`` remote, ``memsync.viewformat`` instead of ``memsync.mirr
 :meth:`Mirror.open` refuses it), and nothing in it is ever pushed.
 
 This module is the git side: reading a store mirror's commits with the files each changed
-(:func:`read_history`) and writing a view's commits through ``git fast-import``, then its checkout and
+(:meth:`View.store_history`) and writing a view's commits through ``git fast-import``, then its checkout and
 ``main``. Which copy of a path is visible is :mod:`memsync.engine.awareness`'s decision. Commit ids
 are a pure function of what is written: author and committer are copied from the store commit, the
 message derives from ids and paths, the tree from the file set.
@@ -49,39 +49,6 @@ _CONFIG: dict[str, str] = {
 }
 
 
-def view_folder_name(value: str, what: str = "id") -> str:
-    """``value`` (an opaque identity or template id) as one path segment, reversibly: every byte
-    outside ``[A-Za-z0-9_.~-]`` percent-escaped, and a leading ``.`` too (no ``.``, ``..``, ``.git``)."""
-    if not isinstance(value, str) or value == "":
-        raise UsageError(f"the {what} is empty; give the id as the API knows it")
-    segment = quote(value, safe="~")
-    if segment.startswith("."):
-        segment = "%2E" + segment[1:]
-    if len(segment.encode("utf-8")) > _ID_SEGMENT_MAX:
-        raise UsageError(
-            f"the {what} {value[:40]!r}... is too long for a folder name ({len(segment)} bytes escaped,"
-            f" at most {_ID_SEGMENT_MAX})"
-        )
-    return segment
-
-
-def view_path(root: Path, identity_id: str, template_id: str) -> Path:
-    """Where the view of (``identity_id``, ``template_id``) lives under the mirror root."""
-    return (
-        root
-        / VIEWS_FOLDER
-        / view_folder_name(identity_id, "identity id")
-        / view_folder_name(template_id, "template id")
-    )
-
-
-def find_views(root: Path) -> list[Path]:
-    """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
-    base = root / VIEWS_FOLDER
-    identities = sorted(folder for folder in base.iterdir() if folder.is_dir()) if base.is_dir() else []
-    return [view for folder in identities for view in sorted(folder.iterdir()) if (view / ".git").is_dir()]
-
-
 # --- reading a store mirror's imported history -------------------------------------------------------
 
 
@@ -114,40 +81,6 @@ class StoreCommit:
     author: Identity
     committer: Identity
     changes: dict[str, str | None]
-
-
-def read_history(mirror: Mirror, since: str | None = None, until: str | None = None) -> Iterator[StoreCommit]:
-    """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
-    first; read one at a time, so memory stays flat whatever the history's length."""
-    tip = until or mirror.tip()
-    if tip is None:
-        return
-    with translated(f"walking the history of {mirror.path}"):
-        commits = mirror.git.walk(tip, since=since, oldest_first=True)
-    while True:
-        with translated(f"reading the history of {mirror.path}"):
-            commit = next(commits, None)
-            if commit is None:
-                return
-            commit_id = str(commit.id)
-            version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
-            tree = commit.tree
-            diff = (
-                commit.parents[0].tree.diff_to_tree(tree) if commit.parents else tree.diff_to_tree(swap=True)
-            )
-            removed: dict[str, str] = {}
-            added: dict[str, str] = {}
-            for delta in diff.deltas:
-                if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                    removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
-                if delta.status is not DeltaStatus.DELETED:
-                    added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
-            author, committer = Identity.of(commit.author), Identity.of(commit.committer)
-        # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
-        # addition of the same memory path with the same blob: no change of that memory at all.
-        changes: dict[str, str | None] = {path: None for path in removed if path not in added}
-        changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-        yield StoreCommit(commit_id, version, author, committer, changes)
 
 
 # --- the view repository -----------------------------------------------------------------------------
@@ -199,6 +132,79 @@ class View:
     def __init__(self, git: GitStore) -> None:
         self.git = git
         self.path = git.path
+
+    @staticmethod
+    def folder_name(value: str, what: str = "id") -> str:
+        """``value`` (an opaque identity or template id) as one path segment, reversibly: every byte
+        outside ``[A-Za-z0-9_.~-]`` percent-escaped, and a leading ``.`` too (no ``.``, ``..``, ``.git``)."""
+        if not isinstance(value, str) or value == "":
+            raise UsageError(f"the {what} is empty; give the id as the API knows it")
+        segment = quote(value, safe="~")
+        if segment.startswith("."):
+            segment = "%2E" + segment[1:]
+        if len(segment.encode("utf-8")) > _ID_SEGMENT_MAX:
+            raise UsageError(
+                f"the {what} {value[:40]!r}... is too long for a folder name ({len(segment)} bytes escaped,"
+                f" at most {_ID_SEGMENT_MAX})"
+            )
+        return segment
+
+    @staticmethod
+    def path_for(root: Path, identity_id: str, template_id: str) -> Path:
+        """Where the view of (``identity_id``, ``template_id``) lives under the mirror root."""
+        return (
+            root
+            / VIEWS_FOLDER
+            / View.folder_name(identity_id, "identity id")
+            / View.folder_name(template_id, "template id")
+        )
+
+    @staticmethod
+    def find(root: Path) -> list[Path]:
+        """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
+        base = root / VIEWS_FOLDER
+        identities = sorted(folder for folder in base.iterdir() if folder.is_dir()) if base.is_dir() else []
+        return [
+            view for folder in identities for view in sorted(folder.iterdir()) if (view / ".git").is_dir()
+        ]
+
+    @staticmethod
+    def store_history(
+        mirror: Mirror, since: str | None = None, until: str | None = None
+    ) -> Iterator[StoreCommit]:
+        """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
+        first; read one at a time, so memory stays flat whatever the history's length."""
+        tip = until or mirror.tip()
+        if tip is None:
+            return
+        with translated(f"walking the history of {mirror.path}"):
+            commits = mirror.git.walk(tip, since=since, oldest_first=True)
+        while True:
+            with translated(f"reading the history of {mirror.path}"):
+                commit = next(commits, None)
+                if commit is None:
+                    return
+                commit_id = str(commit.id)
+                version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
+                tree = commit.tree
+                diff = (
+                    commit.parents[0].tree.diff_to_tree(tree)
+                    if commit.parents
+                    else tree.diff_to_tree(swap=True)
+                )
+                removed: dict[str, str] = {}
+                added: dict[str, str] = {}
+                for delta in diff.deltas:
+                    if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
+                        removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
+                    if delta.status is not DeltaStatus.DELETED:
+                        added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
+                author, committer = Identity.of(commit.author), Identity.of(commit.committer)
+            # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
+            # addition of the same memory path with the same blob: no change of that memory at all.
+            changes: dict[str, str | None] = {path: None for path in removed if path not in added}
+            changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
+            yield StoreCommit(commit_id, version, author, committer, changes)
 
     def close(self) -> None:
         self.git.close()

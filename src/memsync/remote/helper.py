@@ -34,7 +34,7 @@ from typing import NoReturn, TextIO
 
 from memsync.api import Client, Store, open_client
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, MemsyncError, UsageError
-from memsync.mirror import configure_clone, copy_history, discard_local, escape_for_terminal, stage_commit
+from memsync.mirror import Clone, escape_for_terminal
 from memsync.remote.location import (
     StoreLocation,
     git,
@@ -64,6 +64,7 @@ class RemoteHelper:
         self.root = git_dir / "memstore" / key
         self.mirror = self.root / location.store_id
         self.private_ref = f"refs/memstore/{key}/main"
+        self.clone = Clone(git_dir, self.mirror)
         self._client: Client | None = None
         self.verbosity = 1
         self.force = False
@@ -134,7 +135,7 @@ class RemoteHelper:
 
     def _pull(self) -> str | None:
         """Import what is new in the store into the private mirror; its tip."""
-        configure_clone(self.git_dir)
+        self.clone.configure()
         if git_config(self.git_dir, "pull.rebase") is None:
             # After a push the store's history replaces the pushed commits (one commit per version,
             # ids from the API): git pull rebases the branch onto it, dropping what is already there.
@@ -222,7 +223,7 @@ class RemoteHelper:
         return interval <= 0 or time.time() - last >= interval
 
     def _fetch(self) -> None:
-        copy_history(self.mirror, self.git_dir, self.private_ref)
+        self.clone.copy_history(self.private_ref)
 
     # --- push ----------------------------------------------------------------------------------------
 
@@ -259,8 +260,8 @@ class RemoteHelper:
         if tip is not None:
             # What a push cut short left (a kill between writes) is the clone's to merge, not ours;
             # the files are the pushed commit's next.
-            discard_local(self.mirror, files=False)
-        problems = stage_commit(self.git_dir, commit, self.mirror)
+            self.clone.discard_local(files=False)
+        problems = self.clone.stage(commit)
         share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
         refusal = None
@@ -277,7 +278,7 @@ class RemoteHelper:
             )
         if refusal is not None:
             # The private checkout back at the store's tip: a later fetch finds it clean.
-            discard_local(self.mirror)
+            self.clone.discard_local()
             return f"error {destination} {_one_line(refusal)}"
         # The cycle builds on list for-push's pull (the one listing of a push): the writes'
         # preconditions catch a store that moved since.
@@ -301,7 +302,7 @@ class RemoteHelper:
             )
             # A conflict (the store moved since git listed it) is the clone's to merge: the
             # private mirror keeps none that would refuse every later push.
-            discard_local(self.mirror)
+            self.clone.discard_local()
             return f"error {destination} {_one_line(what)}"
         if done.pull.tip is not None:
             self._record_push(done.pull.tip, commit)

@@ -50,10 +50,6 @@ from memsync.mirror import (
     decode_path,
     encode_path,
     escape_for_terminal,
-    find_views,
-    read_history,
-    view_folder_name,
-    view_path,
 )
 from memsync.rules import Dialect
 from memsync.sync.locks import held
@@ -84,7 +80,7 @@ def check_pair(identity: str, template: str) -> None:
     for what, value in (("IDENTITY", identity), ("TEMPLATE", template)):
         if value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
             raise UsageError(f"{what} must be a non-empty id without control characters, as the API knows it")
-        view_folder_name(value, what.lower())
+        View.folder_name(value, what.lower())
 
 
 def _iso(moment: datetime) -> str:
@@ -181,8 +177,8 @@ def view_lock(root: Path, identity: str, template: str) -> contextlib.AbstractCo
         / ".memsync"
         / "locks"
         / "awareness"
-        / view_folder_name(identity, "identity id")
-        / f"{view_folder_name(template, 'template id')}.lock"
+        / View.folder_name(identity, "identity id")
+        / f"{View.folder_name(template, 'template id')}.lock"
     )
     return held(lock, f"the awareness view of {identity}/{template}")
 
@@ -206,7 +202,7 @@ def refresh_awareness(
     report = AwarenessReport(
         identity=identity,
         template=template,
-        path=str(view_path(root, identity, template)),
+        path=str(View.path_for(root, identity, template)),
         mounts=mount_entries(mounts),
     )
     if not mounts:
@@ -271,7 +267,7 @@ def build_view(
 ) -> None:
     """Bring the view of (``identity``, ``template``) up to the mounted stores' mirrors (under lock)."""
     active = [m.store_id for m in mounts if m.active]
-    path = view_path(root, identity, template)
+    path = View.path_for(root, identity, template)
     with view_lock(root, identity, template), contextlib.ExitStack() as stack:
         report.created = not (path / ".git").is_dir()
         view = stack.enter_context(View.open(path, create=True))
@@ -380,7 +376,7 @@ def _write(
     def history(rank: int, store_id: str) -> Iterator[tuple[Key, str, StoreCommit]]:
         if tips[store_id] is None or since[store_id] == tips[store_id]:
             return
-        for commit in read_history(mirrors[store_id], since[store_id], tips[store_id]):
+        for commit in View.store_history(mirrors[store_id], since[store_id], tips[store_id]):
             yield _key(commit, rank), store_id, commit
 
     streams = [history(rank, store_id) for rank, store_id in enumerate(active)]
@@ -478,7 +474,7 @@ class ViewStatus(Outcome, Reported):
 
 def view_statuses(root: Path) -> list[ViewStatus]:
     """Every view under ``root``: read without the lock or the network, like the mirrors' status."""
-    return [view_status(root, path) for path in find_views(root)]
+    return [view_status(root, path) for path in View.find(root)]
 
 
 def view_status(root: Path, path: Path) -> ViewStatus:

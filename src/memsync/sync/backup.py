@@ -32,7 +32,7 @@ from memsync.errors import (
     storage_fault,
     storage_fault_hint,
 )
-from memsync.mirror import BackupTarget, Mirror, PushResult, push_mirror
+from memsync.mirror import BackupTarget, Mirror, PushResult
 from memsync.sync.fleet import for_each_store
 from memsync.sync.outputs import BackupOutput
 from memsync.sync.pull import PullReport, mirror_path, pull_store, store_lock
@@ -226,7 +226,7 @@ def _push_all(root: Path, report: BackupReport, targets: list[BackupTarget]) -> 
             if mirror.tip() is None:
                 report.warnings.append("nothing imported yet: only metadata is backed up")
             for target in targets:
-                result = push_mirror(mirror, target)
+                result = target.push(mirror)
                 report.remotes.append(result)
                 report.warnings.extend(result.warnings)
                 if not result.ok:

@@ -80,7 +80,6 @@ from memsync.mirror import (
     defer_rewrite,
     escape_for_terminal,
     inferred_version_id,
-    read_origin,
     respell_history,
     rewrite_pending,
     rewrite_redacted,
@@ -263,7 +262,7 @@ def _follow_origin(mirror: Mirror, client: Client, report: PullReport) -> None:
     """Record where the mirror's history comes from; a store listed at a new base URL (a new host
     name, a gateway) is the same store, so the mirror follows it, and says so. Another dialect is
     never the same API: refused before anything is imported."""
-    recorded = read_origin(mirror.path)
+    recorded = Origin.read(mirror.path)
     if recorded is not None and recorded.dialect != client.dialect.value:
         raise ConfigError(
             f'{mirror.path} was made in the "{recorded.dialect}" dialect from {recorded.api_base};'

@@ -11,7 +11,7 @@ from memsync.api import Client, Store, open_client
 from memsync.config import Config, Shard
 from memsync.engine.shards import owner, owns
 from memsync.errors import ConfigError, UsageError
-from memsync.mirror import read_origin
+from memsync.mirror import Origin
 
 # Connections one store's work may hold at once: a content fetch's requests in flight (at most 16,
 # memsync.api) and a few besides.
@@ -114,7 +114,7 @@ def _check_dialect(mirrors: list[Path], client: Client) -> None:
     listing of this server would leave out every store they mirror (docs/mirror.md, "Origin")."""
     others: dict[str, list[str]] = {}
     for mirror in mirrors:
-        origin = read_origin(mirror)
+        origin = Origin.read(mirror)
         if origin is not None and origin.dialect != client.dialect.value:
             others.setdefault(origin.dialect, []).append(f"{mirror.name} from {origin.api_base}")
     if not others:
