@@ -1,14 +1,8 @@
-"""One git repository per memory store: layout, refs, configuration and the import checkpoint.
+"""One git repository per memory store: layout, configuration and the import checkpoint.
 
-Layout (see docs/mirror.md)::
-
-    <store>/                      the working tree: one file per memory, at its encoded path
-    <store>/.git/                 a normal, non-bare repository with ``main`` checked out
-        refs/remotes/memstore/main   the imported history and nothing else (memsync writes it)
-        refs/heads/main              what the user edits; upstream is memstore/main
-        refs/memsync/base            the commit the checkout was last reconciled with
-        refs/heads/memsync/metadata  store and memory metadata snapshots
-        memsync/state.sqlite         caches and intents (:mod:`memsync.mirror.state`)
+A normal, non-bare repository with ``main`` checked out, one file per memory at its encoded path (the
+layout is in docs/mirror.md, the refs in :mod:`memsync.mirror.refs`, the caches and intents in
+``.git/memsync/state.sqlite``, :mod:`memsync.mirror.state`).
 """
 
 from __future__ import annotations
@@ -266,9 +260,7 @@ class Mirror:
     def imported_versions(self) -> Iterator[ImportedVersion]:
         """Every imported version, newest first (a walk of the whole history: for rare cases)."""
         tip = self.tip()
-        if tip is None:
-            return
-        for commit in self.git.walk(tip):
+        for commit in self.git.walk(tip) if tip is not None else ():
             commit_id = str(commit.id)
             yield ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
 
