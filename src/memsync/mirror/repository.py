@@ -46,8 +46,8 @@ from memsync.mirror.history import (
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS, is_ignored
 from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.origin import Origin, record_origin
-from memsync.mirror.paths import decode_path
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
+from memsync.mirror.spellings import decoded
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 from memsync.mirror.worktree import Worktree
 
@@ -281,8 +281,8 @@ class Mirror:
         return self.path_map_at(commit or self.tip()).as_dict()
 
     def files(self, commit: str) -> dict[str, str]:
-        """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
-        return {decode_path(tree_path): blob for tree_path, blob in self.git.tree_files(commit).items()}
+        """``{memory_path: blob id}`` of any commit's tree (each path decoded strictly, and cached)."""
+        return {decoded(tree_path): blob for tree_path, blob in self.git.tree_files(commit).items()}
 
     def history_writer(
         self, *, batch_commits: int = DEFAULT_BATCH_COMMITS, batch_bytes: int = DEFAULT_BATCH_BYTES

@@ -34,7 +34,7 @@ import pygit2
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.paths import quote_for_message, unquote_from_message
-from memsync.mirror.spellings import decoded, spell_all
+from memsync.mirror.spellings import spell_all
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -86,7 +86,7 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
     """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
     if commit is None:
         return {}
-    files = tree_files(mirror, commit)
+    files = mirror.files(commit)
     owners = mirror.paths(commit)
     missing = sorted(set(files) - set(owners))
     if missing:
@@ -97,11 +97,6 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
             " run again"
         )
     return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
-
-
-def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
-    """:meth:`Mirror.files` with cached decoding."""
-    return {decoded(tree_path): blob for tree_path, blob in mirror.git.tree_files(commit).items()}
 
 
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
@@ -130,7 +125,7 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
         message = mirror.git.commit(commit).message
     own = _is_base_message(message)
     owners = _parse_base_ids(message, commit) if own else _kept_base_ids(mirror, commit)
-    files = tree_files(mirror, commit)
+    files = mirror.files(commit)
     if owners is None or set(owners) != set(files):
         if own:
             raise MirrorError(
