@@ -291,6 +291,7 @@ class Mirror:
         return HistoryWriter(self, batch_commits=batch_commits, batch_bytes=batch_bytes)
 
     def path_map_at(self, tip: str | None) -> PathMap:
+        """The path map at ``tip``: the state's ``paths`` cache, caught up by replaying trailers."""
         if tip is None:
             return PathMap()
         if self._path_map_cache is not None and self._path_map_cache[0] == tip:
@@ -323,13 +324,12 @@ class Mirror:
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
     ) -> None:
         """Bring the caches up to a tip a writer just moved ``ref`` to."""
-        if ref != self.MEMSTORE_REF:
-            return
-        # Saved, not copied: a copy per batch would double the map's memory while the writer goes
-        # on; a later reader of this tip parses the saved map once.
-        self._save_path_map(tip, paths)
-        self._path_map_cache = None
-        self.content_index.record(previous, tip, content)
+        if ref == self.MEMSTORE_REF:
+            # Saved, not copied: a copy per batch would double the map's memory while the writer
+            # goes on; a later reader of this tip parses the saved map once.
+            self._save_path_map(tip, paths)
+            self._path_map_cache = None
+            self.content_index.record(previous, tip, content)
 
     # --- the checkout, its origin and the metadata branch ----------------------------------------
 
