@@ -1,7 +1,8 @@
-"""Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (docs/mirror.md).
+"""Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (never on memstore/main).
 
-One snapshot commit per change of ``store.json`` and ``memories/<memory id>.json``: the same metadata
-always makes the same blobs, and commit times come from the caller, so snapshots are deterministic.
+One snapshot commit per change of ``store.json`` and ``memories/<memory id>.json`` (docs/mirror.md):
+the same metadata always makes the same blobs, and commit times come from the caller, so snapshots
+are deterministic.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def write_metadata(
     ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of documents
     (left-out memories' files are removed; None keeps them): pairs are consumed one at a time, so a
     large store's documents are never all held at once, and if they raise nothing is recorded.
-    Without it, ``changed`` documents replace theirs and the ``removed`` memories' files go.
+    Without it, ``changed`` documents replace theirs and the ``removed`` memories' files go (what a
+    pull knows from the few memories it touched).
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
