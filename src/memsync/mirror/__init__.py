@@ -1,11 +1,8 @@
 """memsync.mirror: one git repository per memory store (docs/design.md §2-§3; docs/mirror.md).
 
 The only package that imports pygit2, and within it only :mod:`~memsync.mirror.gitstore` holds the
-repository. It encodes memory paths for git, writes one deterministic commit per memory version (git
-fast-import writes the objects), keeps the refs, reads the import checkpoint back from the tip's
-trailers, and updates the checkout without ever overwriting a local edit. For the push
-engine it reads snapshots of commits and of the working tree, writes the checkout, merges files,
-records conflicts under ``refs/memsync/conflicts/`` and moves ``refs/memsync/base`` and ``main``.
+repository. It writes one deterministic commit per memory version, keeps the refs and the checkout
+(never overwriting a local edit), and gives the push engine snapshots, merges and conflict records.
 """
 
 from memsync.mirror.backups import BackupRepository, BackupTarget, ImportedCommit, PushResult

@@ -8,9 +8,8 @@
     └── UnsafeInput (memsync.errors)
         └── PathEncodingError a memory path or working-tree path that has no valid spelling
 
-pygit2 raises its own exceptions (``GitError``, ``KeyError``, ``ValueError``); they are translated
-into this tree by :func:`translated` at the edge of every public mirror operation, so callers only
-ever see :mod:`memsync.errors`.
+pygit2's own exceptions are translated into this tree by :func:`translated` at the edge of every
+public mirror operation, so callers only ever see :mod:`memsync.errors`.
 """
 
 from __future__ import annotations
@@ -41,12 +40,8 @@ class FormatError(MirrorError):
 
 
 class PathEncodingError(UnsafeInput):
-    """A path that has no valid spelling on the other side of the encoding.
-
-    ``path`` is the offending path as given (memory path or working-tree path), ``reason`` says
-    what is wrong with it, and ``suggestion`` is the canonical spelling when one can be guessed
-    (for example ``100%25.md`` for a file the user named ``100%.md``).
-    """
+    """A path (memory or working-tree path) with no valid spelling on the other side of the encoding;
+    ``suggestion`` is the canonical spelling when one can be guessed (``100%25.md`` for ``100%.md``)."""
 
     def __init__(self, message: str, *, path: str, reason: str, suggestion: str | None = None) -> None:
         super().__init__(message)

@@ -1,9 +1,8 @@
 """Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (never on memstore/main).
 
-The branch holds one snapshot commit per change: ``store.json`` and ``memories/<memory id>.json``,
-each a JSON document with sorted keys and a final newline, so the same metadata always makes the same
-blobs and a snapshot that changes nothing makes no commit. Commit times come from the caller (the
-API's ``updated_at``), so snapshots are as deterministic as the history.
+One snapshot commit per change of ``store.json`` and ``memories/<memory id>.json`` (docs/mirror.md):
+the same metadata always makes the same blobs, and commit times come from the caller, so snapshots
+are deterministic.
 """
 
 from __future__ import annotations
@@ -39,23 +38,21 @@ def _document(value: Mapping[str, Any], what: str) -> bytes:
 
 def write_metadata(
     mirror: GitStore,
-    *,
     store: Mapping[str, Any] | None,
     memories: Mapping[str, Mapping[str, Any]] | Iterable[tuple[str, Mapping[str, Any]]] | None,
     when: datetime,
     author_name: str,
     author_email: str,
-    changed: Mapping[str, Mapping[str, Any]] | None = None,
-    removed: Iterable[str] = (),
+    changed: Mapping[str, Mapping[str, Any]] | None,
+    removed: Iterable[str],
 ) -> str | None:
     """Record a snapshot; the new commit id, or None when nothing changed.
 
-    ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of memory
-    documents by memory id, a mapping or ``(id, document)`` pairs: files of memories left out are
-    removed (None keeps them all). Pairs are consumed one at a time, so a caller listing a large
-    store never holds every document at once; if the pairs raise, nothing is recorded. Without the
-    complete set, ``changed`` documents replace theirs and the ``removed`` memories' files go, the
-    others staying as they were (what a pull knows from the few memories it touched).
+    ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of documents
+    (left-out memories' files are removed; None keeps them): pairs are consumed one at a time, so a
+    large store's documents are never all held at once, and if they raise nothing is recorded.
+    Without it, ``changed`` documents replace theirs and the ``removed`` memories' files go (what a
+    pull knows from the few memories it touched).
     """
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
@@ -97,18 +94,6 @@ def write_metadata(
     return commit
 
 
-def metadata_follows(mirror: GitStore) -> str | None:
-    """The imported tip the memories' metadata was last refreshed for, if noted (a cache: losing it
-    costs one listing of every memory, the way a mirror without it is brought up to date)."""
-    tip = mirror.state.get("metadata-follows")
-    return tip if isinstance(tip, str) and len(tip) == 40 else None
-
-
-def note_metadata_follows(mirror: GitStore, tip: str | None) -> None:
-    """Note that the memories' metadata reflects the store as of the imported ``tip``."""
-    mirror.state.put("metadata-follows", tip)  # unchanged (a pull that found nothing): no write
-
-
 def _memory_file(memory_id: str) -> str:
     if ID_PATTERN.fullmatch(memory_id) is None:
         raise UnsafeInput(f"metadata for {memory_id!r} is not stored: not a memory id")
@@ -118,8 +103,7 @@ def _memory_file(memory_id: str) -> str:
 def read_metadata(
     repository: GitStore, commit: str | None = None
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """``(store document or None, {memory id: document})`` at ``commit`` (default: the branch tip),
-    in a mirror or a backup."""
+    """``(store document or None, {memory id: document})`` at ``commit`` (default: the branch tip)."""
     target = commit or repository.ref_target(METADATA_REF)
     if target is None:
         return None, {}

@@ -1,14 +1,8 @@
-"""One git repository per memory store: layout, refs, configuration and the import checkpoint.
+"""One git repository per memory store: layout, configuration and the import checkpoint.
 
-Layout (see docs/mirror.md)::
-
-    <store>/                      the working tree: one file per memory, at its encoded path
-    <store>/.git/                 a normal, non-bare repository with ``main`` checked out
-        refs/remotes/memstore/main   the imported history and nothing else (memsync writes it)
-        refs/heads/main              what the user edits; upstream is memstore/main
-        refs/memsync/base            the commit the checkout was last reconciled with
-        refs/heads/memsync/metadata  store and memory metadata snapshots
-        memsync/state.sqlite         caches and intents (:mod:`memsync.mirror.state`)
+A normal, non-bare repository with ``main`` checked out, one file per memory at its encoded path (the
+layout is in docs/mirror.md, the refs in :mod:`memsync.mirror.refs`, the caches and intents in
+``.git/memsync/state.sqlite``, :mod:`memsync.mirror.state`).
 """
 
 from __future__ import annotations
@@ -50,10 +44,10 @@ from memsync.mirror.history import (
     replay,
 )
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS, is_ignored
-from memsync.mirror.metadata import metadata_follows, note_metadata_follows, read_metadata, write_metadata
+from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.origin import Origin, record_origin
-from memsync.mirror.paths import decode_path
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
+from memsync.mirror.spellings import decoded
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 from memsync.mirror.worktree import Worktree
 
@@ -126,9 +120,8 @@ class ImportedVersion:
 class Mirror:
     """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`.
 
-    It holds its repository (``git``) rather than being one, as views and backups do: the mirror's
-    own verbs are its imported history, paths, checkout and metadata; git plumbing (refs, trees,
-    blobs, the index) is asked of ``git``.
+    Its verbs are the imported history, paths, checkout and metadata; git plumbing (refs, trees,
+    blobs, the index) is asked of the :class:`GitStore` it holds as ``git``, as views and backups do.
     """
 
     MEMSTORE_REF = MEMSTORE_REF
@@ -141,7 +134,7 @@ class Mirror:
         self.path = self.git.path
         self.git_dir = self.git.git_dir
         self.state_dir = self.git.state_dir
-        self._content = ContentIndex(self.git)
+        self.content_index = ContentIndex(self.git)
         self._path_map_cache: tuple[str, PathMap] | None = None
         self.conflicts = Conflicts(self.git)
         self.worktree = Worktree(self.git)
@@ -212,26 +205,18 @@ class Mirror:
         """Release the repository's files (pack handles and maps); the mirror is unusable after."""
         self.git.close()
 
-    def reopen(self) -> None:
-        """Fresh handles (after git replaced the pack files the old ones had open)."""
-        self.git.reopen()
-        self._path_map_cache = None
-
     def drop_history_caches(self) -> None:
-        """Forget the caches that name commits of the imported history, once it was rewritten: each
-        is rebuilt from the new history when next asked."""
+        """Forget the caches naming commits of a rewritten history; each is rebuilt when next asked."""
         self.git.state.drop_caches("paths", "history-facts", content_index=True)
         self._path_map_cache = None
 
     def _ensure_layout(self) -> None:
         """Apply the configuration and helper files; idempotent, so every open does it.
 
-        A full check reads 15 configuration keys, two files and probes the filesystem: half of what
-        opening a mirror costs, and a cycle opens one three times. So when the files it checks are
-        exactly as the last full check left them (same device, inode, size and mtime, noted in
-        the state's ``layout`` entry with the layout's digest), it is skipped: a ``git config``
-        run, an edited exclude file, a mirror copied elsewhere or a memsync with another layout all
-        change that note's match, and the next open checks in full again.
+        A full check is half of what opening a mirror costs (and a cycle opens one three times), so
+        it is skipped while the files it checks match the state's ``layout`` note (their device,
+        inode, size and mtime, and the layout's digest): a ``git config`` run, an edited exclude
+        file, a moved mirror or a memsync with another layout all make the next open check in full.
         """
         fingerprint = self._layout_fingerprint()
         if fingerprint is not None and self.git.state.get("layout") == fingerprint:
@@ -275,9 +260,7 @@ class Mirror:
     def imported_versions(self) -> Iterator[ImportedVersion]:
         """Every imported version, newest first (a walk of the whole history: for rare cases)."""
         tip = self.tip()
-        if tip is None:
-            return
-        for commit in self.git.walk(tip):
+        for commit in self.git.walk(tip) if tip is not None else ():
             commit_id = str(commit.id)
             yield ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
 
@@ -291,33 +274,24 @@ class Mirror:
 
     def blob_for_sha256_at(self, sha256: str, tip: str | None) -> str | None:
         # A writer knows the tip it flushed last: no ref read per content asked about.
-        return self._content.lookup(sha256.lower(), tip)
-
-    def noted_sha256(self, blob: str) -> str | None:
-        """The SHA-256 of ``blob``'s bytes if the content index has it (else: hash the blob)."""
-        return self._content.sha256_of(blob)
-
-    def note_contents(self, entries: Mapping[str, str]) -> None:
-        """Note ``sha256 -> blob`` pairs learnt outside an import (what a push wrote, hashes
-        computed for snapshots): the import of those versions fetches nothing."""
-        self._content.note(entries)
+        return self.content_index.lookup(sha256.lower(), tip)
 
     def paths(self, commit: str | None = None) -> dict[str, str]:
         """``{memory_path: memory_id}`` of the files at ``commit`` of the imported history (tip)."""
         return self.path_map_at(commit or self.tip()).as_dict()
 
     def files(self, commit: str) -> dict[str, str]:
-        """``{memory_path: blob id}`` of any commit's tree, decoded strictly."""
-        return {decode_path(tree_path): blob for tree_path, blob in self.git.tree_files(commit).items()}
+        """``{memory_path: blob id}`` of any commit's tree (each path decoded strictly, and cached)."""
+        return {decoded(tree_path): blob for tree_path, blob in self.git.tree_files(commit).items()}
 
     def history_writer(
         self, *, batch_commits: int = DEFAULT_BATCH_COMMITS, batch_bytes: int = DEFAULT_BATCH_BYTES
     ) -> HistoryWriter:
-        """A :class:`HistoryWriter` continuing ``memstore/main``: one pack per ``batch_commits``
-        commits or ``batch_bytes`` of content."""
+        """A :class:`HistoryWriter` continuing ``memstore/main``, one pack per batch."""
         return HistoryWriter(self, batch_commits=batch_commits, batch_bytes=batch_bytes)
 
     def path_map_at(self, tip: str | None) -> PathMap:
+        """The path map at ``tip``: the state's ``paths`` cache, caught up by replaying trailers."""
         if tip is None:
             return PathMap()
         if self._path_map_cache is not None and self._path_map_cache[0] == tip:
@@ -334,11 +308,10 @@ class Mirror:
         except (AttributeError, ValueError, TypeError, KeyError):
             cached_tip = None
         if cached_tip != tip:
-            since = cached_tip if cached_tip and self.git.is_ancestor(cached_tip, tip) else None
-            if since is None:
-                paths = PathMap()
+            if not (cached_tip and self.git.is_ancestor(cached_tip, tip)):
+                cached_tip, paths = None, PathMap()
             with translated("rebuilding the path map from history"):
-                replay(self.git, paths, tip, since)
+                replay(self.git, paths, tip, cached_tip)
             if tip == self.tip():  # a map of an older commit must not replace the tip's cache
                 self._save_path_map(tip, paths)
         self._path_map_cache = (tip, paths)
@@ -351,15 +324,14 @@ class Mirror:
         self, ref: str, previous: str | None, tip: str, paths: PathMap, content: dict[str, str]
     ) -> None:
         """Bring the caches up to a tip a writer just moved ``ref`` to."""
-        if ref != self.MEMSTORE_REF:
-            return
-        # Saved, not copied: a copy per batch would double the map's memory while the writer goes
-        # on; a later reader of this tip parses the saved map once.
-        self._save_path_map(tip, paths)
-        self._path_map_cache = None
-        self._content.record(previous, tip, content)
+        if ref == self.MEMSTORE_REF:
+            # Saved, not copied: a copy per batch would double the map's memory while the writer
+            # goes on; a later reader of this tip parses the saved map once.
+            self._save_path_map(tip, paths)
+            self._path_map_cache = None
+            self.content_index.record(previous, tip, content)
 
-    # --- the checkout and the metadata branch ----------------------------------------------------
+    # --- the checkout, its origin and the metadata branch ----------------------------------------
 
     def main(self) -> str | None:
         """The commit the user's branch (``main``) is at, or None before the first checkout."""
@@ -374,11 +346,8 @@ class Mirror:
         return self.git.read_blob(blob)
 
     def facts(self, *, save: bool = True) -> HistoryFacts:
-        """What the imported history says about itself (:class:`HistoryFacts`); ``save=False``
-        writes no cache (readers such as ``memsync status``)."""
+        """What the imported history says about itself; ``save=False`` writes no cache (status)."""
         return history_facts(self.git, save=save)
-
-    # --- the checkout ------------------------------------------------------------------------
 
     def local_changes(self) -> tuple[str, ...]:
         """Working-tree paths the user changed since ``refs/memsync/base``."""
@@ -389,8 +358,7 @@ class Mirror:
         return update_checkout(self.git)
 
     def settle_interrupted_checkout(self) -> tuple[str, ...]:
-        """Settle a checkout a kill or a full disk stopped part way; the paths left as the user has
-        them (see :func:`~memsync.mirror.checkout.undo_interrupted_checkout`)."""
+        """Settle a checkout a kill or a full disk stopped part way; the paths left as the user has them."""
         return undo_interrupted_checkout(self.git)
 
     def head_problem(self) -> str | None:
@@ -401,19 +369,19 @@ class Mirror:
         """Whether git's ignore rules (the user's ``.gitignore`` files, the exclude list) skip it."""
         return is_ignored(self.git, tree_path)
 
-    # --- where it comes from -----------------------------------------------------------------
-
     def record_origin(self, origin: Origin) -> Origin | None:
         """Record the API the mirror is pulled from; the origin it replaces, if it was another."""
         return record_origin(self.git, origin)
 
     def metadata_follows(self) -> str | None:
-        """The imported tip the memories' metadata was last refreshed for, if noted."""
-        return metadata_follows(self.git)
+        """The imported tip the memories' metadata was last refreshed for, if noted (a cache: losing it
+        costs one listing of every memory, the way a mirror without it is brought up to date)."""
+        tip = self.git.state.get("metadata-follows")
+        return tip if isinstance(tip, str) and len(tip) == 40 else None
 
     def note_metadata_follows(self, tip: str | None) -> None:
         """Note that the memories' metadata reflects the store as of the imported ``tip``."""
-        note_metadata_follows(self.git, tip)
+        self.git.state.put("metadata-follows", tip)  # unchanged (a pull that found nothing): no write
 
     def write_metadata(
         self,
@@ -427,16 +395,7 @@ class Mirror:
         removed: Iterable[str] = (),
     ) -> str | None:
         """Snapshot metadata on ``refs/heads/memsync/metadata``; the commit, or None if unchanged."""
-        return write_metadata(
-            self.git,
-            store=store,
-            memories=memories,
-            when=when,
-            author_name=author_name,
-            author_email=author_email,
-            changed=changed,
-            removed=removed,
-        )
+        return write_metadata(self.git, store, memories, when, author_name, author_email, changed, removed)
 
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` of the metadata branch."""

@@ -1,15 +1,13 @@
 """What a commit holds, as the push engine needs it, and the commit ``refs/memsync/base`` points at.
 
 A *snapshot* maps each memory path of a commit's tree to its blob, the SHA-256 of its content (the
-API's ``content_sha256``) and the memory id that owns it. For imported commits the ids come from the
-trailers (:meth:`Mirror.paths`).
+API's ``content_sha256``) and the memory id that owns it (for imported commits, from the trailers).
 
-The base (``refs/memsync/base``) is the commit the checkout was last reconciled with. Usually that is
-an imported commit (the tip once everything agreed). When the reconciled state differs from every
-imported commit — a rejected file, a withheld delete or an open conflict keeps its old entry — memsync
-writes a *base commit* of its own: its tree holds exactly the reconciled files (so ``git diff
-refs/memsync/base`` shows what is still local), its parent is the imported tip it was made next to,
-and its message lists the memory id of every file::
+The base is the commit the checkout was last reconciled with: usually an imported commit. When the
+reconciled state differs from every imported one (a rejected file, a withheld delete or an open
+conflict keeps its old entry), memsync writes a *base commit* of its own: its tree holds exactly the
+reconciled files (so ``git diff refs/memsync/base`` shows what is still local), its parent is the
+imported tip it was made next to, and its message lists the memory id of every file::
 
     memsync base
 
@@ -20,9 +18,6 @@ and its message lists the memory id of every file::
 
 Paths there are spelt like trailers (C-quoted when needed), so no path can add a line. Nothing but
 memsync reads or moves this ref; ``git gc`` keeps the commit alive through it.
-
-The SHA-256 of a blob never changes, so it is noted for good in the content index
-(:mod:`memsync.mirror.contentindex`), which answers both ways.
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ import pygit2
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.paths import quote_for_message, unquote_from_message
-from memsync.mirror.spellings import decoded, spell_all
+from memsync.mirror.spellings import spell_all
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -60,14 +55,16 @@ class SnapshotEntry:
 
 class BlobHashes:
     """``blob id -> sha256`` for the mirror's blobs: the content index's answer, else computed.
-    What was computed is noted in the index by :meth:`save` (status and dry runs do not save)."""
+
+    A blob's SHA-256 never changes, so :meth:`save` notes what was computed in the content index
+    for good (status and dry runs do not save)."""
 
     def __init__(self, mirror: Mirror) -> None:
         self._mirror = mirror
         self._new: dict[str, str] = {}
 
     def sha256(self, blob: str) -> str:
-        found = self._new.get(blob) or self._mirror.noted_sha256(blob)
+        found = self._new.get(blob) or self._mirror.content_index.sha256_of(blob)
         if found is None:
             found = hashlib.sha256(self._mirror.content(blob)).hexdigest()
             self.learn(blob, found)
@@ -79,18 +76,17 @@ class BlobHashes:
 
     def save(self) -> None:
         """Note what was learnt; a cache, so a failed write costs only hashing again later."""
-        if not self._new:
-            return
-        with contextlib.suppress(MirrorError):
-            self._mirror.note_contents({sha: blob for blob, sha in self._new.items()})
-        self._new = {}
+        if self._new:
+            with contextlib.suppress(MirrorError):
+                self._mirror.content_index.note({sha: blob for blob, sha in self._new.items()})
+            self._new = {}
 
 
 def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> dict[str, SnapshotEntry]:
     """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
     if commit is None:
         return {}
-    files = tree_files(mirror, commit)
+    files = mirror.files(commit)
     owners = mirror.paths(commit)
     missing = sorted(set(files) - set(owners))
     if missing:
@@ -101,11 +97,6 @@ def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> d
             " run again"
         )
     return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
-
-
-def tree_files(mirror: Mirror, commit: str) -> dict[str, str]:
-    """``{memory path: blob id}`` of a commit's tree: :meth:`Mirror.files` with cached decoding."""
-    return {decoded(tree_path): blob for tree_path, blob in mirror.git.tree_files(commit).items()}
 
 
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
@@ -119,15 +110,12 @@ def reconciled_import(mirror: Mirror, base: str) -> str | None:
 
 
 def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str, SnapshotEntry]]:
-    """``(base commit, its snapshot)``; a base commit written by :func:`write_base` included.
-
-    The base is ``refs/memsync/base``; when that ref is missing (a mirror of an older memsync, or
+    """``(base commit, its snapshot)``. Without ``refs/memsync/base`` (an older memsync's mirror, or
     lost), the last commit ``main`` shares with the imported history, so imported commits never
-    count as local.
-    """
-    commit = mirror.git.ref_target(mirror.BASE_REF)
+    count as local."""
+    commit = mirror.base()
     if commit is None:
-        head, tip = mirror.git.ref_target(mirror.MAIN_REF), mirror.tip()
+        head, tip = mirror.main(), mirror.tip()
         if head is not None and tip is not None:
             with translated("finding where main left the imported history"):
                 commit = mirror.git.merge_base(head, tip)
@@ -135,33 +123,28 @@ def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str,
         return None, {}
     with translated(f"reading the base commit {commit}"):
         message = mirror.git.commit(commit).message
-    if not _is_base_message(message):
-        files = tree_files(mirror, commit)
-        kept = _kept_base_ids(mirror, commit)
-        if kept is None or set(kept) != set(files):
-            return commit, commit_snapshot(mirror, commit, hashes)
-        return commit, {p: SnapshotEntry(b, hashes.sha256(b), kept[p]) for p, b in files.items()}
-    owners = _parse_base_ids(message, commit)
-    files = tree_files(mirror, commit)
-    if set(files) != set(owners):
-        raise MirrorError(
-            f"the base commit {commit} lists other memories than its tree holds; it was not written by"
-            " memsync. Point refs/memsync/base at memstore/main (git update-ref refs/memsync/base"
-            " refs/remotes/memstore/main) and run again"
-        )
+    own = _is_base_message(message)
+    owners = _parse_base_ids(message, commit) if own else _kept_base_ids(mirror, commit)
+    files = mirror.files(commit)
+    if owners is None or set(owners) != set(files):
+        if own:
+            raise MirrorError(
+                f"the base commit {commit} lists other memories than its tree holds; it was not written"
+                " by memsync. Point refs/memsync/base at memstore/main (git update-ref refs/memsync/base"
+                " refs/remotes/memstore/main) and run again"
+            )
+        return commit, commit_snapshot(mirror, commit, hashes)
     return commit, {p: SnapshotEntry(b, hashes.sha256(b), owners[p]) for p, b in files.items()}
 
 
 def keep_base_ids(mirror: Mirror) -> None:
-    """While the base is the imported tip, keep its ``{path: memory id}`` beside it.
+    """While the base is the imported tip, keep its ``{path: memory id}`` in the state (``base-ids``).
 
-    The ids of an imported commit come from replaying trailers, which is cheap only for the tip (its
-    map is cached). Once a pull moves the tip past a base that waits for a reconcile, reading that
-    base's ids would replay the whole history — a cost growing with every version ever imported. So
-    the cycle calls this before pulling: a stat when the ids are kept already, one read of the tip's
-    cached map when the base moved. The state's ``base-ids`` cache, for one commit at a time.
+    An imported commit's ids are cheap only for the tip (its map is cached): once a pull moves the
+    tip past a base awaiting a reconcile, reading them would replay the whole history. So the cycle
+    calls this before pulling.
     """
-    base = mirror.git.ref_target(mirror.BASE_REF)
+    base = mirror.base()
     if base is not None and base == mirror.tip() and _kept_base_ids(mirror, base) is None:
         _save_base_ids(mirror, base, mirror.paths(base))
 
@@ -228,12 +211,10 @@ def _parse_base_ids(message: str, commit: str) -> dict[str, str]:
 
 
 def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
-    """Write ``data`` as a blob (a loose object: memsync writes only a few this way); its id.
-
-    The content index learns it too, so importing the version a push made with it fetches nothing.
-    """
+    """Write ``data`` as a (loose) blob; its id. The content index learns it too, so importing the
+    version a push made with it fetches nothing."""
     sha = hashlib.sha256(data).hexdigest()
     blob = mirror.git.create_blob(data)
-    mirror.note_contents({sha: blob})
+    mirror.content_index.note({sha: blob})
     hashes.learn(blob, sha)
     return blob
