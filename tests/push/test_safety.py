@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,13 +145,19 @@ def test_an_archived_store_refuses_the_push_and_the_edits_stay(make_side: MakeSi
 
 
 def _fingerprint(repo: Path) -> dict[str, str]:
-    """Every file under the mirror (``.git`` included) and every ref, hashed; not the state
-    database's ``-shm``, SQLite's shared-memory index that every reader of the database writes to."""
+    """Every file under the mirror (``.git`` included) and every ref, hashed. The state database by
+    what it holds: SQLite moves its write-ahead log into the file whenever the last connection
+    closes, and every reader writes to its shared-memory index, so its bytes say nothing."""
     found: dict[str, str] = {}
     for folder, _, files in os.walk(repo):
         for name in files:
             full = Path(folder) / name
-            if name.endswith(".sqlite-shm"):
+            if name.endswith((".sqlite-shm", ".sqlite-wal")):
+                continue
+            if name.endswith(".sqlite"):
+                with contextlib.closing(sqlite3.connect(f"file:{full}?mode=ro", uri=True)) as db:
+                    dump = "\n".join(db.iterdump())
+                found[full.relative_to(repo).as_posix()] = hashlib.sha256(dump.encode()).hexdigest()
                 continue
             rel = full.relative_to(repo).as_posix()
             found[rel] = "link" if full.is_symlink() else hashlib.sha256(full.read_bytes()).hexdigest()
