@@ -15,17 +15,13 @@ from hypothesis import strategies as st
 
 from memsync.errors import MirrorError
 from memsync.mirror import (
-    BlobHashes,
     CheckoutChange,
     Merger,
     Mirror,
     SnapshotEntry,
+    Snapshots,
     WorktreeChanged,
-    commit_snapshot,
-    keep_base_ids,
-    read_base,
     reset_main,
-    write_base,
 )
 from memsync.mirror.conflicts import ref_name, whole_file_markers
 from memsync.rules import MAX_CONTENT_BYTES, Dialect
@@ -222,24 +218,24 @@ def test_conflict_ref_names_are_valid_refs(path: str) -> None:
 
 
 def test_base_commits_round_trip_and_collapse_onto_the_tip(mirror: Mirror) -> None:
-    hashes = BlobHashes(mirror)
+    snaps = Snapshots(mirror)
     tip = mirror.tip()
-    tip_snapshot = commit_snapshot(mirror, tip, hashes)
-    base_ref, base = read_base(mirror, hashes)
+    tip_snapshot = snaps.of(tip)
+    base_ref, base = snaps.base()
     assert base_ref == tip and base == tip_snapshot
     # A held path keeps an older entry: memsync writes a base commit of its own next to the tip.
     old = mirror.blob_for_sha256(sha(b"a\n"))
     assert old is not None
     held = {**tip_snapshot, "odd\npath.md": SnapshotEntry(old, sha(b"a\n"), "mem_odd")}
-    written = write_base(mirror, held, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot)
+    written = snaps.write_base(held, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot)
     assert written != tip and mirror.base() == written
     assert git(mirror.path, "rev-parse", f"{written}^").strip() == tip
-    assert read_base(mirror, hashes) == (written, held)
+    assert snaps.base() == (written, held)
     fsck(mirror.path)
     # Entries equal to the tip's snapshot: the base is the tip itself again.
-    assert write_base(mirror, tip_snapshot, expected_old=written, tip=tip, tip_snapshot=tip_snapshot) == tip
-    hashes.save()
-    assert BlobHashes(mirror).sha256(tip_snapshot["a.md"].blob) == sha(b"a\n")
+    assert snaps.write_base(tip_snapshot, expected_old=written, tip=tip, tip_snapshot=tip_snapshot) == tip
+    snaps.save()
+    assert Snapshots(mirror).sha256(tip_snapshot["a.md"].blob) == sha(b"a\n")
 
 
 def test_blob_hashes_are_noted_in_the_content_index_which_answers_both_ways(
@@ -247,7 +243,7 @@ def test_blob_hashes_are_noted_in_the_content_index_which_answers_both_ways(
 ) -> None:
     data = b"hashed for a snapshot\n"
     blob = mirror.git.create_blob(data)  # no import indexed it
-    reader = BlobHashes(mirror)
+    reader = Snapshots(mirror)
     assert reader.sha256(blob) == sha(data)
     assert mirror.blob_for_sha256(sha(data)) is None, "a reader (status, a dry run) notes nothing"
     reader.save()
@@ -258,7 +254,7 @@ def test_blob_hashes_are_noted_in_the_content_index_which_answers_both_ways(
         raise AssertionError(f"{blob_id} was read: its hash is noted")
 
     monkeypatch.setattr(fresh, "content", unread)
-    assert BlobHashes(fresh).sha256(blob) == sha(data)  # blob -> SHA-256, as a snapshot asks
+    assert Snapshots(fresh).sha256(blob) == sha(data)  # blob -> SHA-256, as a snapshot asks
     fresh.close()
 
 
@@ -274,7 +270,7 @@ def test_a_reader_adds_no_content_rows_and_older_state_files_are_retired(mirror:
     (state / "content-index").write_text("an older memsync's index")
     with Mirror.open(path) as reopened:
         assert not (state / "blob-sha256").exists() and not (state / "content-index").exists()
-        assert BlobHashes(reopened).sha256(blob) == x_sha
+        assert Snapshots(reopened).sha256(blob) == x_sha
     with sqlite3.connect(state / "state.sqlite") as db:
         assert db.execute("SELECT count(*) FROM content").fetchone() == (0,)
 
@@ -282,11 +278,11 @@ def test_a_reader_adds_no_content_rows_and_older_state_files_are_retired(mirror:
 def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(
     mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hashes = BlobHashes(mirror)
+    snaps = Snapshots(mirror)
     base = mirror.base()
     assert base == mirror.tip()
-    expected = read_base(mirror, hashes)
-    keep_base_ids(mirror)
+    expected = snaps.base()
+    Snapshots(mirror).keep_base_ids()
     with mirror.history_writer() as writer:  # the store moves on; the base waits for a reconcile
         writer.add(record(3, "mem_c", "created", "c.md", b"c\n"))
         writer.add(record(4, "mem_a", "updated", "a.md", b"a2\n"))
@@ -299,7 +295,7 @@ def test_the_base_ids_are_kept_so_a_lagging_base_needs_no_replay(
         return real(commit)
 
     monkeypatch.setattr(fresh, "paths", no_replay)
-    assert read_base(fresh, BlobHashes(fresh)) == expected
+    assert Snapshots(fresh).base() == expected
 
 
 def test_reset_main_keeps_local_commits(mirror: Mirror) -> None:

@@ -17,15 +17,7 @@ from memsync.mirror.origin import Origin
 from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.repository import ImportedVersion, Mirror
 from memsync.mirror.rewrite import defer_rewrite, respell_history, rewrite_pending, rewrite_redacted
-from memsync.mirror.snapshots import (
-    BlobHashes,
-    SnapshotEntry,
-    commit_snapshot,
-    keep_base_ids,
-    read_base,
-    store_blob,
-    write_base,
-)
+from memsync.mirror.snapshots import SnapshotEntry, Snapshots
 from memsync.mirror.trailers import Operation, inferred_version_id
 from memsync.mirror.view import StoreCommit, View, ViewCommit
 from memsync.mirror.worktree import NOT_REGULAR, CheckoutChange, Worktree, WorktreeChanged, WorktreeScan
@@ -34,7 +26,6 @@ __all__ = [
     "NOT_REGULAR",
     "BackupRepository",
     "BackupTarget",
-    "BlobHashes",
     "CheckoutChange",
     "Clone",
     "ConflictRecord",
@@ -50,6 +41,7 @@ __all__ = [
     "PushResult",
     "RefMoved",
     "SnapshotEntry",
+    "Snapshots",
     "StoreCommit",
     "VersionRecord",
     "View",
@@ -59,21 +51,16 @@ __all__ = [
     "WorktreeScan",
     "blob_id",
     "clear_stale_locks",
-    "commit_snapshot",
     "decode_path",
     "defer_rewrite",
     "encode_path",
     "encode_paths",
     "escape_for_terminal",
     "inferred_version_id",
-    "keep_base_ids",
     "main_rewind",
     "pushed_refs",
-    "read_base",
     "reset_main",
     "respell_history",
     "rewrite_pending",
     "rewrite_redacted",
-    "store_blob",
-    "write_base",
 ]

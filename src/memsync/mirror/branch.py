@@ -17,7 +17,7 @@ from pygit2.enums import DeltaStatus, FileMode
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.snapshots import BlobHashes, reconciled_import
+from memsync.mirror.snapshots import Snapshots, reconciled_import
 from memsync.mirror.spellings import decoded
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def reset_main(mirror: Mirror, tip: str, *, when: datetime) -> str | None:
 
 
 def main_rewind(
-    mirror: Mirror, base: str | None, hashes: BlobHashes
+    mirror: Mirror, base: str | None, snaps: Snapshots
 ) -> tuple[str | None, int, dict[str, str | None]] | None:
     """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None: the
     base's reconciled import must be missing from ``main``'s history (commits after it are no rewind).
@@ -60,7 +60,7 @@ def main_rewind(
         before: dict[str, str | None] = {}
         for delta in mirror.git.tree(fork).diff_to_tree(mirror.git.tree(reconciled)).deltas:
             if delta.status != DeltaStatus.ADDED:
-                before[decoded(delta.old_file.path)] = hashes.sha256(str(delta.old_file.id))
+                before[decoded(delta.old_file.path)] = snaps.sha256(str(delta.old_file.id))
             if delta.status != DeltaStatus.DELETED:
                 before.setdefault(decoded(delta.new_file.path), None)
     return fork, versions, before

@@ -53,20 +53,19 @@ class SnapshotEntry:
     memory_id: str
 
 
-class BlobHashes:
-    """``blob id -> sha256`` for the mirror's blobs: the content index's answer, else computed.
-
-    A blob's SHA-256 never changes, so :meth:`save` notes what was computed in the content index
-    for good (status and dry runs do not save)."""
+class Snapshots:
+    """The snapshots of a mirror's commits and of its base, with the SHA-256 of each blob they need:
+    the content index's answer, else computed. A blob's SHA-256 never changes, so :meth:`save` notes
+    what was computed in the content index for good (status and dry runs do not save)."""
 
     def __init__(self, mirror: Mirror) -> None:
-        self._mirror = mirror
+        self.mirror = mirror
         self._new: dict[str, str] = {}
 
     def sha256(self, blob: str) -> str:
-        found = self._new.get(blob) or self._mirror.content_index.sha256_of(blob)
+        found = self._new.get(blob) or self.mirror.content_index.sha256_of(blob)
         if found is None:
-            found = hashlib.sha256(self._mirror.content(blob)).hexdigest()
+            found = hashlib.sha256(self.mirror.content(blob)).hexdigest()
             self.learn(blob, found)
         return found
 
@@ -78,25 +77,107 @@ class BlobHashes:
         """Note what was learnt; a cache, so a failed write costs only hashing again later."""
         if self._new:
             with contextlib.suppress(MirrorError):
-                self._mirror.content_index.note({sha: blob for blob, sha in self._new.items()})
+                self.mirror.content_index.note({sha: blob for blob, sha in self._new.items()})
             self._new = {}
 
+    def of(self, commit: str | None) -> dict[str, SnapshotEntry]:
+        """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
+        if commit is None:
+            return {}
+        mirror = self.mirror
+        files = mirror.files(commit)
+        owners = mirror.paths(commit)
+        missing = sorted(set(files) - set(owners))
+        if missing:
+            mirror.drop_history_caches()
+            raise MirrorError(
+                f"commit {commit} holds files no memory owns ({', '.join(missing[:3])}); it is not an"
+                " imported commit, or the path cache was damaged (dropped now, and rebuilt from history):"
+                " run again"
+            )
+        return {path: SnapshotEntry(blob, self.sha256(blob), owners[path]) for path, blob in files.items()}
 
-def commit_snapshot(mirror: Mirror, commit: str | None, hashes: BlobHashes) -> dict[str, SnapshotEntry]:
-    """The snapshot of an imported commit (``memstore/main`` or one of its ancestors); {} for None."""
-    if commit is None:
-        return {}
-    files = mirror.files(commit)
-    owners = mirror.paths(commit)
-    missing = sorted(set(files) - set(owners))
-    if missing:
-        mirror.drop_history_caches()
-        raise MirrorError(
-            f"commit {commit} holds files no memory owns ({', '.join(missing[:3])}); it is not an"
-            " imported commit, or the path cache was damaged (dropped now, and rebuilt from history):"
-            " run again"
-        )
-    return {path: SnapshotEntry(blob, hashes.sha256(blob), owners[path]) for path, blob in files.items()}
+    def base(self) -> tuple[str | None, dict[str, SnapshotEntry]]:
+        """``(base commit, its snapshot)``. Without ``refs/memsync/base`` (an older memsync's mirror, or
+        lost), the last commit ``main`` shares with the imported history, so imported commits never
+        count as local."""
+        mirror = self.mirror
+        commit = mirror.base()
+        if commit is None:
+            head, tip = mirror.main(), mirror.tip()
+            if head is not None and tip is not None:
+                with translated("finding where main left the imported history"):
+                    commit = mirror.git.merge_base(head, tip)
+        if commit is None:
+            return None, {}
+        with translated(f"reading the base commit {commit}"):
+            message = mirror.git.commit(commit).message
+        own = _is_base_message(message)
+        owners = _parse_base_ids(message, commit) if own else _kept_base_ids(mirror, commit)
+        files = mirror.files(commit)
+        if owners is None or set(owners) != set(files):
+            if own:
+                raise MirrorError(
+                    f"the base commit {commit} lists other memories than its tree holds; it was not written"
+                    " by memsync. Point refs/memsync/base at memstore/main (git update-ref refs/memsync/base"
+                    " refs/remotes/memstore/main) and run again"
+                )
+            return commit, self.of(commit)
+        return commit, {p: SnapshotEntry(b, self.sha256(b), owners[p]) for p, b in files.items()}
+
+    def write_base(
+        self,
+        entries: Mapping[str, SnapshotEntry],
+        *,
+        expected_old: str | None,
+        tip: str | None,
+        tip_snapshot: Mapping[str, SnapshotEntry],
+        when: datetime | None = None,
+    ) -> str:
+        """Point ``refs/memsync/base`` at a commit holding ``entries`` (compare-and-swap); its id.
+
+        That is ``tip`` itself when ``entries`` are exactly its snapshot (the usual case), else a base
+        commit of memsync's own whose parent is ``tip``.
+        """
+        mirror = self.mirror
+        if tip is not None and dict(entries) == dict(tip_snapshot):
+            target = tip
+            _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
+        else:
+            spelled = spell_all(entries)  # the paths as the working tree spells them
+            tree = mirror.git.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
+            body = "".join(
+                f"{entries[path].memory_id} {quote_for_message(path)}\n" for path in sorted(entries)
+            )
+            message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
+            stamp = int((when or datetime.now(UTC)).timestamp())
+            signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
+            target = mirror.git.create_commit(tree, [tip] if tip is not None else [], signature, message)
+        if target != expected_old:
+            mirror.git.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
+        return target
+
+    def store_blob(self, data: bytes) -> str:
+        """Write ``data`` as a (loose) blob; its id. The content index learns it too, so importing the
+        version a push made with it fetches nothing."""
+        mirror = self.mirror
+        sha = hashlib.sha256(data).hexdigest()
+        blob = mirror.git.create_blob(data)
+        mirror.content_index.note({sha: blob})
+        self.learn(blob, sha)
+        return blob
+
+    def keep_base_ids(self) -> None:
+        """While the base is the imported tip, keep its ``{path: memory id}`` in the state (``base-ids``).
+
+        An imported commit's ids are cheap only for the tip (its map is cached): once a pull moves the
+        tip past a base awaiting a reconcile, reading them would replay the whole history. So the cycle
+        calls this before pulling.
+        """
+        mirror = self.mirror
+        base = mirror.base()
+        if base is not None and base == mirror.tip() and _kept_base_ids(mirror, base) is None:
+            _save_base_ids(mirror, base, mirror.paths(base))
 
 
 def reconciled_import(mirror: Mirror, base: str) -> str | None:
@@ -109,46 +190,6 @@ def reconciled_import(mirror: Mirror, base: str) -> str | None:
         return str(commit.parent_ids[0]) if commit.parent_ids else None
 
 
-def read_base(mirror: Mirror, hashes: BlobHashes) -> tuple[str | None, dict[str, SnapshotEntry]]:
-    """``(base commit, its snapshot)``. Without ``refs/memsync/base`` (an older memsync's mirror, or
-    lost), the last commit ``main`` shares with the imported history, so imported commits never
-    count as local."""
-    commit = mirror.base()
-    if commit is None:
-        head, tip = mirror.main(), mirror.tip()
-        if head is not None and tip is not None:
-            with translated("finding where main left the imported history"):
-                commit = mirror.git.merge_base(head, tip)
-    if commit is None:
-        return None, {}
-    with translated(f"reading the base commit {commit}"):
-        message = mirror.git.commit(commit).message
-    own = _is_base_message(message)
-    owners = _parse_base_ids(message, commit) if own else _kept_base_ids(mirror, commit)
-    files = mirror.files(commit)
-    if owners is None or set(owners) != set(files):
-        if own:
-            raise MirrorError(
-                f"the base commit {commit} lists other memories than its tree holds; it was not written"
-                " by memsync. Point refs/memsync/base at memstore/main (git update-ref refs/memsync/base"
-                " refs/remotes/memstore/main) and run again"
-            )
-        return commit, commit_snapshot(mirror, commit, hashes)
-    return commit, {p: SnapshotEntry(b, hashes.sha256(b), owners[p]) for p, b in files.items()}
-
-
-def keep_base_ids(mirror: Mirror) -> None:
-    """While the base is the imported tip, keep its ``{path: memory id}`` in the state (``base-ids``).
-
-    An imported commit's ids are cheap only for the tip (its map is cached): once a pull moves the
-    tip past a base awaiting a reconcile, reading them would replay the whole history. So the cycle
-    calls this before pulling.
-    """
-    base = mirror.base()
-    if base is not None and base == mirror.tip() and _kept_base_ids(mirror, base) is None:
-        _save_base_ids(mirror, base, mirror.paths(base))
-
-
 def _save_base_ids(mirror: Mirror, commit: str, owners: Mapping[str, str]) -> None:
     with contextlib.suppress(MirrorError):  # a cache: without it the base's ids are read from history
         mirror.git.state.put("base-ids", {"commit": commit, "paths": dict(owners)})
@@ -158,36 +199,6 @@ def _kept_base_ids(mirror: Mirror, commit: str) -> dict[str, str] | None:
     data = mirror.git.state.get("base-ids")
     paths = data.get("paths") if isinstance(data, dict) and data.get("commit") == commit else None
     return paths if isinstance(paths, dict) and all(isinstance(v, str) for v in paths.values()) else None
-
-
-def write_base(
-    mirror: Mirror,
-    entries: Mapping[str, SnapshotEntry],
-    *,
-    expected_old: str | None,
-    tip: str | None,
-    tip_snapshot: Mapping[str, SnapshotEntry],
-    when: datetime | None = None,
-) -> str:
-    """Point ``refs/memsync/base`` at a commit holding ``entries`` (compare-and-swap); its id.
-
-    That is ``tip`` itself when ``entries`` are exactly its snapshot (the usual case), else a base
-    commit of memsync's own whose parent is ``tip``.
-    """
-    if tip is not None and dict(entries) == dict(tip_snapshot):
-        target = tip
-        _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
-    else:
-        spelled = spell_all(entries)  # the paths as the working tree spells them
-        tree = mirror.git.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
-        body = "".join(f"{entries[path].memory_id} {quote_for_message(path)}\n" for path in sorted(entries))
-        message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
-        stamp = int((when or datetime.now(UTC)).timestamp())
-        signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
-        target = mirror.git.create_commit(tree, [tip] if tip is not None else [], signature, message)
-    if target != expected_old:
-        mirror.git.set_ref_if_equals(mirror.BASE_REF, target, expected_old, message="memsync: reconciled")
-    return target
 
 
 def _is_base_message(message: str) -> bool:
@@ -208,13 +219,3 @@ def _parse_base_ids(message: str, commit: str) -> dict[str, str]:
             raise MirrorError(f"the base commit {commit} has a malformed memory line: {line[:80]!r}")
         owners[path] = memory_id
     return owners
-
-
-def store_blob(mirror: Mirror, data: bytes, hashes: BlobHashes) -> str:
-    """Write ``data`` as a (loose) blob; its id. The content index learns it too, so importing the
-    version a push made with it fetches nothing."""
-    sha = hashlib.sha256(data).hexdigest()
-    blob = mirror.git.create_blob(data)
-    mirror.content_index.note({sha: blob})
-    hashes.learn(blob, sha)
-    return blob

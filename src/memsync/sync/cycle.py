@@ -14,7 +14,7 @@ from pathlib import Path
 
 from memsync.api import Client, Store
 from memsync.errors import LockHeld, MemsyncError, combine_exit_codes, storage_fault
-from memsync.mirror import Mirror, keep_base_ids
+from memsync.mirror import Mirror, Snapshots
 from memsync.sync.outputs import CycleOutput
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
@@ -153,7 +153,7 @@ def _keep_base_ids(root: Path, store_id: str) -> None:
         return
     try:
         with Mirror.open(where) as mirror:
-            keep_base_ids(mirror)
+            Snapshots(mirror).keep_base_ids()
     except MemsyncError as exc:
         # A cache: without it the reconcile replays the history for the base's ids instead.
         log.debug("%s: base ids not kept: %s", store_id, exc)

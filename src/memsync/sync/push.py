@@ -63,20 +63,16 @@ from memsync.engine.reconcile import (
 )
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
 from memsync.mirror import (
-    BlobHashes,
     CheckoutChange,
     ConflictRecord,
     Merger,
     Mirror,
     SnapshotEntry,
+    Snapshots,
     WorktreeChanged,
     WorktreeScan,
-    commit_snapshot,
     main_rewind,
-    read_base,
     reset_main,
-    store_blob,
-    write_base,
 )
 from memsync.mirror import encode_path as _encode_path
 from memsync.sync.outputs import PushOutput
@@ -207,9 +203,9 @@ def report_notices(mirror: Mirror, report: PushReport, done: Plan, scan: Worktre
         report.rejected.append({"path": tree_path, "reason": f"not pushed: {reason}"})
 
 
-def rewind_of(mirror: Mirror, base_ref: str | None, hashes: BlobHashes) -> Rewind | None:
+def rewind_of(mirror: Mirror, base_ref: str | None, snaps: Snapshots) -> Rewind | None:
     """The rewind guard's input: how far ``main`` was moved back behind the base, if it was."""
-    found = main_rewind(mirror, base_ref, hashes)
+    found = main_rewind(mirror, base_ref, snaps)
     return None if found is None else Rewind(*found)
 
 
@@ -254,7 +250,7 @@ class _Execution:
         self.force = force
         self.max_delete_share = max_delete_share
         self.dialect = client.dialect
-        self.hashes = BlobHashes(mirror)
+        self.snaps = Snapshots(mirror)
         self.merger = Merger()
         # Conflicts recorded during this round (also by a plan a 409 interrupted): what the base
         # takes for them, and the markers their files still need; and every path recorded at all.
@@ -270,7 +266,7 @@ class _Execution:
             self._run()
         finally:
             self.merger.close()
-            self.hashes.save()
+            self.snaps.save()
 
     def _run(self) -> None:
         # What a checkout that stopped part way wrote is memsync's, never an edit to push.
@@ -286,14 +282,14 @@ class _Execution:
         """Plan and execute until a plan runs to its end; True when the import that followed the
         push brought changes of another writer the checkout does not have yet (one more round)."""
         self.mirror.worktree.wait_for_index_lock()
-        base_ref, base = read_base(self.mirror, self.hashes)
+        base_ref, base = self.snaps.base()
         self._remember(base)
         # An imported base is also the remote snapshot when nothing new came in: read it once. (A
         # base commit of memsync's own is never a tip, so it is never asked for as one.)
         self.snapshots.setdefault(base_ref, base)
         # A finished round wrote its markers and moved the base over its conflicts.
         self.conflicted, self.conflict_writes = {}, {}
-        rewind = rewind_of(self.mirror, base_ref, self.hashes)
+        rewind = rewind_of(self.mirror, base_ref, self.snaps)
         for _ in range(MAX_ATTEMPTS):
             self.report.attempts += 1
             tip = self.mirror.tip()
@@ -345,7 +341,7 @@ class _Execution:
     def _snapshot(self, commit: str | None) -> dict[str, SnapshotEntry]:
         """An imported commit's snapshot; each commit is read once per reconcile."""
         if commit not in self.snapshots:
-            self.snapshots[commit] = commit_snapshot(self.mirror, commit, self.hashes)
+            self.snapshots[commit] = self.snaps.of(commit)
             self._remember(self.snapshots[commit])
         return self.snapshots[commit]
 
@@ -374,7 +370,7 @@ class _Execution:
         """Store pushed content as a blob, so the new base can name it even if the import fails."""
         sha = hashlib.sha256(data).hexdigest()
         if sha not in self.blobs:
-            self.blobs[sha] = store_blob(self.mirror, data, self.hashes)
+            self.blobs[sha] = self.snaps.store_blob(data)
 
     # --- store writes ------------------------------------------------------------------------
 
@@ -581,7 +577,7 @@ class _Execution:
             blob = self._blob_for(path, entry, base, remote, tip_snapshot)
             entries[path] = SnapshotEntry(blob, entry.hash, entry.memory_id)
         now = datetime.now(UTC)
-        write_base(self.mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot, when=now)
+        self.snaps.write_base(entries, expected_old=base_ref, tip=tip, tip_snapshot=tip_snapshot, when=now)
         crash_point("push.base_moved")
         # A withheld revert leaves main where the user moved it back to: that is what tells the
         # next cycle these files are a revert (reset to the tip, they would read as plain edits).
@@ -697,8 +693,8 @@ def _predict(
     report.blocked = mirror.head_problem()
     if report.blocked is not None:
         return
-    hashes = BlobHashes(mirror)  # never saved: a dry run writes nothing
-    base_ref, base = read_base(mirror, hashes)
+    snaps = Snapshots(mirror)  # never saved: a dry run writes nothing
+    base_ref, base = snaps.base()
     remote = {m.path: Entry(m.content_sha256, m.id) for m in client.list_memories(store.id)}
     scan = mirror.worktree.scan(client.dialect, known=set(base) | set(remote), save_cache=False)
     records = mirror.conflicts.open()
@@ -710,7 +706,7 @@ def _predict(
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
         force=force,
-        rewind=rewind_of(mirror, base_ref, hashes),
+        rewind=rewind_of(mirror, base_ref, snaps),
     )
     predicted = report.predicted
     for action in current.actions:

@@ -23,16 +23,13 @@ from pathlib import Path
 from memsync.errors import MemsyncError, RuleViolation, UsageError, UserError
 from memsync.mirror import (
     NOT_REGULAR,
-    BlobHashes,
     CheckoutChange,
     ConflictRecord,
     Mirror,
     SnapshotEntry,
-    commit_snapshot,
+    Snapshots,
     decode_path,
     escape_for_terminal,
-    read_base,
-    write_base,
 )
 from memsync.rules import Dialect, decode_content
 from memsync.sync.outputs import ResolveOutput
@@ -205,8 +202,8 @@ def _base_from_conflict(mirror: Mirror, record: ConflictRecord) -> None:
     A normal reconcile already moved it there; this covers a reconcile that recorded the conflict and
     then failed before moving the base.
     """
-    hashes = BlobHashes(mirror)
-    base_ref, base = read_base(mirror, hashes)
+    snaps = Snapshots(mirror)
+    base_ref, base = snaps.base()
     remote_blob = mirror.conflicts.blob(record, "remote")
     assert remote_blob is not None
     wanted = SnapshotEntry(remote_blob, record.remote_sha256, record.remote_memory_id)
@@ -214,7 +211,5 @@ def _base_from_conflict(mirror: Mirror, record: ConflictRecord) -> None:
         return
     entries = {**base, record.memory_path: wanted}
     tip = mirror.tip()
-    write_base(
-        mirror, entries, expected_old=base_ref, tip=tip, tip_snapshot=commit_snapshot(mirror, tip, hashes)
-    )
-    hashes.save()
+    snaps.write_base(entries, expected_old=base_ref, tip=tip, tip_snapshot=snaps.of(tip))
+    snaps.save()

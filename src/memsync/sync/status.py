@@ -17,12 +17,10 @@ from typing import Any
 from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, UsageError
 from memsync.mirror import (
-    BlobHashes,
     ConflictRecord,
     Mirror,
-    commit_snapshot,
+    Snapshots,
     pushed_refs,
-    read_base,
 )
 from memsync.mirror import encode_path as _encode_path
 from memsync.rules import Dialect
@@ -146,9 +144,9 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         # Mid-operation the files are git's work in progress: what they would push means nothing.
         _report_conflicts(mirror, report)
         return
-    hashes = BlobHashes(mirror)  # not saved: status writes nothing
-    base_ref, base = read_base(mirror, hashes)
-    remote = commit_snapshot(mirror, report.tip, hashes)
+    snaps = Snapshots(mirror)  # not saved: status writes nothing
+    base_ref, base = snaps.base()
+    remote = snaps.of(report.tip)
     scan = mirror.worktree.scan(dialect, known=set(base) | set(remote), save_cache=False)
     records = mirror.conflicts.open()
     current = plan(
@@ -158,7 +156,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         dialect=dialect,
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
-        rewind=rewind_of(mirror, base_ref, hashes),
+        rewind=rewind_of(mirror, base_ref, snaps),
     )
     notes = PushReport(id=report.id)
     report_notices(mirror, notes, current, scan)
