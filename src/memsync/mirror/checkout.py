@@ -134,20 +134,21 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
 
 def _marked_checkout(
     mirror: GitStore,
-    tree: pygit2.Tree,
+    old: str | None,
+    new: str,
     strategy: CheckoutStrategy,
     *,
-    intent: tuple[str | None, str],
     callbacks: ConflictPaths | None = None,
     paths: list[str] | None = None,
 ) -> None:
-    """libgit2's checkout of ``tree`` (never over an ignored file) from main's commit to the tip.
+    """libgit2's checkout (never over an ignored file) from main's commit ``old`` to the tip ``new``.
 
     The state's ``checkout`` intent ({"from", "to", "started"}) is noted before a file is written and
     removed once all are durable; a kill, a full disk or any error in between leaves it, and the next
     run holding the store's lock settles the working tree by it (:func:`undo_interrupted_checkout`).
     """
-    mirror.state.put("checkout", {"from": intent[0], "to": intent[1], "started": time.time()})
+    tree = mirror.tree(new)
+    mirror.state.put("checkout", {"from": old, "to": new, "started": time.time()})
     mirror.checkout(
         tree,
         strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
@@ -156,7 +157,7 @@ def _marked_checkout(
     )
     # Durable before the intent goes: after a power cut, a file the checkout wrote that came back
     # empty or short must still be memsync's to settle, never taken for the user's edit.
-    written = paths if paths is not None else _changed_paths(mirror, intent[0], intent[1])
+    written = paths if paths is not None else _changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
 
@@ -287,10 +288,9 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     if head is not None and head != tip and not mirror.is_ancestor(head, tip):
         return CheckoutUpdate(tip=tip, diverged=True, reason="main has commits that memstore/main lacks")
     if head != tip:
-        target = mirror.tree(tip)
         conflicts = ConflictPaths()
         try:
-            _marked_checkout(mirror, target, CheckoutStrategy.SAFE, intent=(head, tip), callbacks=conflicts)
+            _marked_checkout(mirror, head, tip, CheckoutStrategy.SAFE, callbacks=conflicts)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
@@ -300,9 +300,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
             # (and only those) are forced to the tip.
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
-                _marked_checkout(
-                    mirror, target, CheckoutStrategy.FORCE, intent=(head, tip), paths=sorted(moved)
-                )
+                _marked_checkout(mirror, head, tip, CheckoutStrategy.FORCE, paths=sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(

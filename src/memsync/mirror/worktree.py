@@ -317,9 +317,6 @@ class _Step:
         return True
 
 
-# --- the working tree of one mirror ---------------------------------------------------------------
-
-
 class Worktree:
     """The mirror's working tree as memories (``mirror.worktree``): see the module docstring."""
 
