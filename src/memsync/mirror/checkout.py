@@ -215,8 +215,7 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
         before, after = _blob_data(old_tree, path), _blob_data(new_tree, path)
         on_disk = root / path
         if os.path.islink(on_disk) or os.path.isdir(on_disk):
-            # A folder of one tree's is skipped (its files are listed on their own); a link, or a
-            # folder where the checkout reads or writes a file, is not memsync's.
+            # A folder of one tree's: its files are listed on their own. A link, or another folder: not ours.
             if os.path.islink(on_disk) or before is not None or after is not None:
                 kept.append(path)
             continue
@@ -294,10 +293,9 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
-            # A file appeared in the way after the status was read (libgit2 checks every conflict
-            # before writing, so nothing was touched): move nothing. Unless those files are the tip's,
-            # written by a run killed before moving main: then the paths main and the tip differ at
-            # (and only those) are forced to the tip.
+            # A file appeared in the way after the status was read (libgit2 checks every conflict before
+            # writing: nothing was touched). Unless it is the tip's (a run killed before moving main),
+            # move nothing; if it is, force to the tip those files and where main and the tip differ, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
                 _marked_checkout(mirror, head, tip, CheckoutStrategy.FORCE, paths=sorted(moved))

@@ -147,7 +147,6 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-# The kind (:class:`WorktreeFile`) of each type of file that is not a folder; any other is "other".
 _KINDS = {
     stat.S_IFREG: "file",
     stat.S_IFLNK: "symlink",
@@ -437,7 +436,7 @@ class Worktree:
         for change in changes:
             self._check_unchanged(change.memory_path, change.expected_sha256)
         removed = {c.memory_path for c in changes if c.data is None}
-        final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
+        final = (set(present) | set(by_path)) - removed
         target = spell_all(final)
         pending: list[_Step] = []
         for memory_path in sorted(final):
