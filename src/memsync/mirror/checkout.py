@@ -1,11 +1,9 @@
 """Bringing the checkout (``main`` and the working tree) up to the imported tip, never over a local edit.
 
-Local changes are everything the user did since the last reconciliation: working-tree and index
-differences from ``main`` (new files included, editor temporaries excluded), plus what commits on
-``main`` changed since ``refs/memsync/base``. With any local change, nothing moves and the changed
-paths are returned: the push engine reconciles them. Otherwise the working tree is checked out to the
-tip *first* and ``main`` moved after (the other order changes nothing on disk and leaves a staged
-reverse change), then ``refs/memsync/base``.
+Local changes are the working tree's and the index's differences from ``main`` (editor temporaries
+excluded) plus what commits on ``main`` changed since ``refs/memsync/base``. With any, nothing moves and
+the push engine reconciles them. Otherwise the working tree is checked out to the tip *first* and ``main``
+moved after (the other order changes nothing on disk and leaves a staged reverse change), then the base.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -27,6 +24,7 @@ from memsync.mirror.errors import translated
 from memsync.mirror.gitstore import make_durable, replace_file
 from memsync.mirror.paths import escape_for_terminal
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
+from memsync.mirror.worktree import prune_folders
 
 if TYPE_CHECKING:
     from memsync.mirror.gitstore import GitStore
@@ -38,11 +36,9 @@ log = logging.getLogger(__name__)
 class CheckoutUpdate:
     """What :func:`update_checkout` did.
 
-    ``updated``: ``main``, the working tree and ``refs/memsync/base`` now equal ``tip``.
-    ``local_changes``: working-tree paths (``/``-separated, as on disk) changed since the base; when
-    any exist nothing was moved. ``diverged``: ``main`` holds commits the tip does not contain and
-    that change nothing, so it cannot fast-forward; the push engine decides. ``reason`` says in
-    words why nothing moved (None when ``updated``).
+    ``updated``: ``main``, the working tree and the base are now at ``tip``. ``local_changes``: tree
+    paths changed since the base (then nothing moved). ``diverged``: ``main`` has commits the tip lacks,
+    so it cannot fast-forward (the push engine decides). ``reason``: why nothing moved.
     """
 
     tip: str | None
@@ -62,14 +58,7 @@ class ConflictPaths(pygit2.CheckoutCallbacks):
     def checkout_notify_flags(self) -> CheckoutNotify:
         return CheckoutNotify.CONFLICT
 
-    def checkout_notify(
-        self,
-        why: CheckoutNotify,
-        path: str,
-        baseline: pygit2.DiffFile | None,
-        target: pygit2.DiffFile | None,
-        workdir: pygit2.DiffFile | None,
-    ) -> None:
+    def checkout_notify(self, why: CheckoutNotify, path: str, *files: pygit2.DiffFile | None) -> None:
         self.paths.append(path)
 
     def checkout_progress(self, path: str | None, completed_steps: int, total_steps: int) -> None:
@@ -93,8 +82,8 @@ def local_changes(mirror: GitStore) -> tuple[str, ...]:
     }
     head, tip = mirror.ref_target(MAIN_REF), mirror.ref_target(MEMSTORE_REF)
     committed: set[str] = set()
-    # With main at the tip (moved there by a checkout killed before the base followed), what lies
-    # between the base and main is imported history, not the user's.
+    # With main at the tip (a checkout killed before the base followed), what lies between the base
+    # and main is imported history, not the user's.
     if head is not None and head != tip:
         # Lost refs/memsync/base: where main left the imported history (imported commits are not local).
         base = mirror.ref_target(BASE_REF) or (None if tip is None else mirror.merge_base(head, tip))
@@ -107,11 +96,9 @@ def local_changes(mirror: GitStore) -> tuple[str, ...]:
 def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     """Whether each of ``paths`` already holds what the imported tip holds there.
 
-    That is what a kill leaves part way through :func:`update_checkout` writing the tip's tree:
-    libgit2 writes the working tree file by file (and the index last), so some files are the tip's
-    and the rest still ``main``'s. None of it is the user's, and the checkout must go on to the tip
-    rather than report the tip's own files as local changes. A file that matches neither (an edit)
-    makes this False, and with it nothing is overwritten.
+    A kill part way through :func:`update_checkout` leaves some files the tip's and the rest ``main``'s
+    (libgit2 writes file by file, the index last): none of it is the user's, and the checkout must go on.
+    A file that matches neither (an edit) makes this False, and nothing is overwritten.
     """
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
@@ -122,10 +109,9 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     may_be_cut = _killed_checkout(mirror) is not None
     for path in paths:
         entry = tree[path] if path in tree else None  # noqa: SIM401 (a pygit2.Tree has no get)
-        on_disk = os.path.join(mirror.workdir, path)
+        on_disk = mirror.workdir / path
         if not isinstance(entry, pygit2.Blob):
-            # The tip has no file here. A folder of the tip's in its place is fine: the status
-            # lists the files in it on their own.
+            # The tip has no file here; a folder of the tip's is fine (the status lists its files).
             is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
             if os.path.lexists(on_disk) and not is_folder:
                 return False
@@ -146,59 +132,54 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     return True
 
 
-# The state's "checkout" intent: {"from": main's commit, "to": the tip, "started": a time}. Noted
-# before libgit2 writes a file, removed once it wrote them all; a kill, a full disk or any error in
-# between leaves it, and the next run holding the store's lock (so no checkout of ours can be
-# running) rolls the working tree back by it.
-
-
 def _marked_checkout(
     mirror: GitStore,
-    tree: pygit2.Tree,
+    old: str | None,
+    new: str,
     strategy: CheckoutStrategy,
     *,
-    intent: tuple[str | None, str],
     callbacks: ConflictPaths | None = None,
     paths: list[str] | None = None,
 ) -> None:
-    """libgit2's checkout of ``tree`` (never over an ignored file) from main's commit to the tip
-    (``intent``), with the intent noted until every file is written (the state's ``checkout``)."""
-    mirror.state.put("checkout", {"from": intent[0], "to": intent[1], "started": time.time()})
+    """libgit2's checkout (never over an ignored file) from main's commit ``old`` to the tip ``new``.
+
+    The state's ``checkout`` intent ({"from", "to", "started"}) is noted before a file is written and
+    removed once all are durable; a kill, a full disk or any error in between leaves it, and the next
+    run holding the store's lock settles the working tree by it (:func:`undo_interrupted_checkout`).
+    """
+    tree = mirror.tree(new)
+    mirror.state.put("checkout", {"from": old, "to": new, "started": time.time()})
     mirror.checkout(
         tree,
         strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
         callbacks=callbacks,
         paths=paths,
     )
-    # The files durable before the intent goes: after a power cut, a file the checkout wrote that
-    # came back empty or short must still be memsync's to settle, never taken for the user's edit.
-    written = paths if paths is not None else _changed_paths(mirror, intent[0], intent[1])
+    # Durable before the intent goes: after a power cut, a file the checkout wrote that came back
+    # empty or short must still be memsync's to settle, never taken for the user's edit.
+    written = paths if paths is not None else _changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
 
 
 def _killed_checkout(mirror: GitStore) -> float | None:
-    """When a checkout of this mirror stopped part way: the time it started, else None. The caller
-    holds the store's lock, so no checkout of ours is running now: a mark left is an interrupted one."""
+    """When an interrupted checkout started, else None. The caller holds the store's lock, so no
+    checkout of ours is running now: an intent left is an interrupted one."""
     intent = mirror.state.get("checkout")
     started = intent.get("started") if isinstance(intent, dict) else None
     return float(started) if isinstance(started, int | float) else None
 
 
 def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
-    """Settle a checkout that stopped part way (a kill, a full disk, an I/O error) so that none of
-    memsync's writes is taken for the user's; returns the paths left alone because the user changed
-    them since (they stay exactly as they are). No-op without an intent.
+    """Settle a checkout that stopped part way so that none of memsync's writes is taken for the user's;
+    returns the paths left alone because the user changed them since. No-op without an intent.
 
-    For every path the checkout was to change, a file that holds main's content, the tip's, or the
-    start of the tip's (the file libgit2 was writing when it stopped) is memsync's; anything else is
-    the user's. A checkout from an earlier commit is rolled back: memsync's files get main's
-    content again (or go, where main had none), and the index main's entries; ``main`` and the base
-    never moved, so an edit the user made meanwhile meets the tip in the ordinary three-way merge,
-    whichever side they edited. The first checkout of a mirror (main has no commit: nothing to merge
-    an edit against) is completed instead: memsync's files get the tip's content, the index the
-    tip's tree, ``main`` and the base the tip, so an edit the user made meanwhile is an edit of the
-    tip's file.
+    Of the paths the checkout was to change, a file holding main's content, the tip's, or the start of
+    the tip's (the one libgit2 was writing) is memsync's; anything else is the user's. A checkout from
+    a commit is rolled back (files and index to main's; ``main`` and the base never moved), so an edit
+    made meanwhile meets the tip in the ordinary three-way merge. The first checkout (main has no
+    commit to merge an edit against) is completed instead: files, index, ``main`` and the base go to
+    the tip, and an edit made meanwhile is an edit of the tip's file.
     """
     started = _killed_checkout(mirror)
     if started is None:
@@ -226,28 +207,17 @@ def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
 def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
     """:func:`undo_interrupted_checkout`'s work: back to ``old``, or on to ``new`` when ``old`` is None."""
     forward = old is None
-    old_tree = mirror.tree(old) if old is not None else None
-    new_tree = mirror.tree(new)
-    with translated(f"comparing {old} with {new}"):
-        deltas = (
-            old_tree.diff_to_tree(new_tree) if old_tree is not None else new_tree.diff_to_tree(swap=True)
-        ).deltas
-        changed = sorted({path for delta in deltas for path in (delta.old_file.path, delta.new_file.path)})
-    root = str(mirror.workdir)
+    old_tree, new_tree = mirror.tree(old), mirror.tree(new)
+    root = mirror.workdir
     kept: list[str] = []
     settle: dict[str, bytes | None] = {}  # tree path → the content it gets (None: no file)
-    for path in changed:
-        before = _blob_data(old_tree, path)
-        after = _blob_data(new_tree, path)
-        target = after if forward else before
-        on_disk = os.path.join(root, path)
-        if os.path.islink(on_disk):
-            kept.append(path)
-            continue
-        if os.path.isdir(on_disk):
-            if before is None and after is None:
-                continue  # a folder of one tree's: its files are listed on their own
-            kept.append(path)  # a folder where the checkout reads or writes a file: not memsync's
+    for path in sorted(_changed_paths(mirror, old, new)):
+        before, after = _blob_data(old_tree, path), _blob_data(new_tree, path)
+        on_disk = root / path
+        if os.path.islink(on_disk) or os.path.isdir(on_disk):
+            # A folder of one tree's: its files are listed on their own. A link, or another folder: not ours.
+            if os.path.islink(on_disk) or before is not None or after is not None:
+                kept.append(path)
             continue
         try:
             with open(on_disk, "rb") as file:
@@ -260,20 +230,19 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
         cut = data is not None and after is not None and len(data) < len(after) and after.startswith(data)
         if not (data in (before, after) or cut):
             kept.append(path)
-        elif data != target:
+        elif data != (target := after if forward else before):
             settle[path] = target
     # Files that go first, deepest first, with the folders they leave empty; then files written.
     for path in sorted((p for p, c in settle.items() if c is None), key=lambda p: -p.count("/")):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, path))
-        _prune_empty_folders(root, path)
+            os.unlink(root / path)
+        prune_folders(root, path)
     for path, content in sorted(settle.items()):
         if content is None:
             continue
-        target_file = os.path.join(root, path)
         try:
-            os.makedirs(os.path.dirname(target_file), exist_ok=True)
-            replace_file(Path(target_file), content)
+            os.makedirs((root / path).parent, exist_ok=True)
+            replace_file(root / path, content)
         except (NotADirectoryError, IsADirectoryError, FileExistsError):
             kept.append(path)  # the user's file or folder is in the way: left as it is
     index = mirror.index()
@@ -283,7 +252,7 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
         for path in settle:
             if path in kept:
                 continue
-            entry = old_tree[path] if old_tree is not None and path in old_tree else None
+            entry = old_tree[path] if path in old_tree else None  # noqa: SIM401
             if isinstance(entry, pygit2.Blob):
                 index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
             elif path in index:
@@ -296,21 +265,9 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
     return sorted(kept)
 
 
-def _blob_data(tree: pygit2.Tree | None, path: str) -> bytes | None:
-    if tree is None or path not in tree:
-        return None
-    entry = tree[path]
+def _blob_data(tree: pygit2.Tree, path: str) -> bytes | None:
+    entry = tree[path] if path in tree else None  # noqa: SIM401
     return entry.data if isinstance(entry, pygit2.Blob) else None
-
-
-def _prune_empty_folders(root: str, path: str) -> None:
-    folder = os.path.dirname(path)
-    while folder:
-        try:
-            os.rmdir(os.path.join(root, folder))
-        except OSError:
-            return  # not empty (or not there): it and the folders above it stay
-        folder = os.path.dirname(folder)
 
 
 def update_checkout(mirror: GitStore) -> CheckoutUpdate:
@@ -330,24 +287,18 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     if head is not None and head != tip and not mirror.is_ancestor(head, tip):
         return CheckoutUpdate(tip=tip, diverged=True, reason="main has commits that memstore/main lacks")
     if head != tip:
-        target = mirror.tree(tip)
         conflicts = ConflictPaths()
         try:
-            _marked_checkout(mirror, target, CheckoutStrategy.SAFE, intent=(head, tip), callbacks=conflicts)
+            _marked_checkout(mirror, head, tip, CheckoutStrategy.SAFE, callbacks=conflicts)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
-            # A file appeared in the way after the status was read (libgit2 checks every conflict
-            # before writing anything, so nothing was touched): report it, move nothing. Unless
-            # the files in the way are the tip's own, written by a run killed before moving main:
-            # then the rest (main's) are forced to the tip too.
+            # A file appeared in the way after the status was read (libgit2 checks every conflict before
+            # writing: nothing was touched). Unless it is the tip's (a run killed before moving main),
+            # move nothing; if it is, force to the tip those files and where main and the tip differ, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
-                # Forced only where main and the tip differ: a file the tip does not change is
-                # never rewritten, whatever happened to it since the status was read.
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
-                _marked_checkout(
-                    mirror, target, CheckoutStrategy.FORCE, intent=(head, tip), paths=sorted(moved)
-                )
+                _marked_checkout(mirror, head, tip, CheckoutStrategy.FORCE, paths=sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(
@@ -362,36 +313,35 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     return CheckoutUpdate(tip=tip, updated=head != tip or base != tip)
 
 
-def _continue_or_abort(command: str) -> str:
-    return (
+# What ends each git operation in progress (the sequencer's multi-commit forms too), as git says it.
+_IN_PROGRESS: dict[RepositoryState, str] = {
+    state: (
         f"a {command} is in progress in the mirror: finish it with `{command} --continue` (after"
         f" resolving any conflicts and `git add`) or undo it with `{command} --abort`"
     )
-
-
-# What ends each git operation, named as git itself says it: "finish" first, then "undo".
-_IN_PROGRESS: dict[RepositoryState, str] = {
+    for command, states in (
+        ("git revert", (RepositoryState.REVERT, RepositoryState.REVERT_SEQUENCE)),
+        ("git cherry-pick", (RepositoryState.CHERRYPICK, RepositoryState.CHERRYPICK_SEQUENCE)),
+        (
+            "git rebase",
+            (RepositoryState.REBASE, RepositoryState.REBASE_INTERACTIVE, RepositoryState.REBASE_MERGE),
+        ),
+        ("git am", (RepositoryState.APPLY_MAILBOX,)),
+    )
+    for state in states
+} | {
     RepositoryState.MERGE: (
         "a git merge is in progress in the mirror: finish it (resolve any conflicts, `git add` the"
         " files, then `git commit`) or undo it with `git merge --abort`"
     ),
-    RepositoryState.REVERT: _continue_or_abort("git revert"),
-    RepositoryState.CHERRYPICK: _continue_or_abort("git cherry-pick"),
     RepositoryState.BISECT: (
         "a git bisect is in progress in the mirror: end it with `git bisect reset`, which returns to main"
     ),
-    RepositoryState.REBASE: _continue_or_abort("git rebase"),
-    RepositoryState.APPLY_MAILBOX: _continue_or_abort("git am"),
     RepositoryState.APPLY_MAILBOX_OR_REBASE: (
         "a git rebase or git am is in progress in the mirror: finish it with `git rebase --continue`"
         " (or `git am --continue`) or undo it with `git rebase --abort` (or `git am --abort`)"
     ),
 }
-# The sequencer's multi-commit forms end with the same commands.
-_IN_PROGRESS[RepositoryState.REVERT_SEQUENCE] = _IN_PROGRESS[RepositoryState.REVERT]
-_IN_PROGRESS[RepositoryState.CHERRYPICK_SEQUENCE] = _IN_PROGRESS[RepositoryState.CHERRYPICK]
-_IN_PROGRESS[RepositoryState.REBASE_INTERACTIVE] = _IN_PROGRESS[RepositoryState.REBASE]
-_IN_PROGRESS[RepositoryState.REBASE_MERGE] = _IN_PROGRESS[RepositoryState.REBASE]
 _AFTER = ", then sync again"
 
 

@@ -1,21 +1,15 @@
 """The checkout's files as memories: reading them safely, and writing what reconciling decides.
 
-**What is a memory** (docs/design.md §2, "The checkout is plain bytes"). A regular file of the working tree
-whose path decodes to a memory path. Symlinks, fifos, sockets and devices are reported, never read and
-never followed (``lstat`` decides, and files are opened with ``O_NOFOLLOW``, so a link swapped in
-after the ``lstat`` is still not followed). File modes are ignored. What :mod:`memsync.mirror.ignores`
-leaves out (editor temporaries, the user's ``.gitignore`` files and what they ignore) is not a memory
-unless git already tracks it or the path is a memory already; a ``.gitignore`` file never is. A file
-whose name has no memory path (``100%.md``, two spellings of one memory) is a *stray*: reported with
-the reason, never touched.
+A memory is a regular file whose tree path decodes to a memory path (docs/design.md §2). Links, fifos,
+sockets and devices are reported, never read nor followed: ``lstat`` decides, and ``O_NOFOLLOW`` keeps a
+link swapped in after the ``lstat`` unfollowed. What :mod:`memsync.mirror.ignores` leaves out is no
+memory unless git tracks it or it is a memory already. A file with no memory path (``100%.md``, a second
+spelling of one memory) is a *stray*: reported, never touched.
 
-**Writing.** :meth:`Worktree.apply` carries out the checkout half of a plan: every change names
-what the file must hold before it is touched (``expected_sha256``; None: absent), and everything is
-re-checked before anything is written, so a file the user saved meanwhile is never overwritten
-(:class:`WorktreeChanged`: re-plan). Files are replaced atomically (a temporary named like an editor
-temporary, then ``rename``). A file that is also a directory of another memory is spelt with the
-``%_`` suffix (docs/mirror.md), which depends on the whole set of paths, so files whose spelling
-changes are moved as well.
+:meth:`Worktree.apply` re-checks what every file holds before writing anything, so a file the user saved
+meanwhile is never overwritten (:class:`WorktreeChanged`: re-plan). Files are replaced by ``rename``
+from a temporary named like an editor's. The ``%_`` suffix of a file beside a folder (docs/mirror.md)
+depends on the whole set of paths, so files whose spelling changes are moved too.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ import errno
 import functools
 import hashlib
 import os
+import posixpath
 import secrets
 import stat
 import time
@@ -64,12 +59,8 @@ NOT_REGULAR = "not-a-regular-file"
 
 @dataclass(frozen=True, slots=True)
 class WorktreeFile:
-    """One candidate memory in the checkout.
-
-    ``kind`` is ``file`` for a regular file (then ``sha256`` is set, unless it disappeared while read,
-    and ``problem`` says which content rule it breaks, if any) or ``symlink``, ``fifo``, ``socket``,
-    ``device``, ``other``: never read.
-    """
+    """One candidate memory. ``kind`` is ``file`` (hashed, unless it vanished while read; ``problem``:
+    the content rule it breaks) or ``symlink``, ``fifo``, ``socket``, ``device``, ``other``: never read."""
 
     tree_path: str
     kind: str
@@ -79,21 +70,18 @@ class WorktreeFile:
 
 @dataclass
 class WorktreeScan:
-    """The checkout's candidate memories by memory path, and the strays (no memory's spelling) by tree
-    path, each with the reason why and what to do."""
+    """Candidate memories by memory path; strays by tree path, with the reason and what to do."""
 
     files: dict[str, WorktreeFile] = field(default_factory=dict)
     strays: dict[str, str] = field(default_factory=dict)
 
 
 class _StatCache:
-    """What scans found, by working-tree path and ``lstat``: the state's ``worktree-stat`` cache.
+    """What scans found, by tree path and ``lstat`` (state ``worktree-stat``): hashing is most of a scan.
 
-    Reading and hashing every file is most of a scan. An entry is reused when size, mtime, ctime and
-    inode are unchanged *and* the file's mtime was over a second older than the scan that hashed it:
-    a file written again within the same timestamp tick as that read (same size, same mtime) would
-    otherwise look unchanged — git's "racily clean" problem. Such recent files are simply hashed again
-    until they are old enough. A cache, so any problem reading or writing it costs only time.
+    An entry is reused when size, mtime, ctime and inode are unchanged *and* the mtime was over a second
+    older than the scan that hashed it: a file rewritten within the same timestamp tick would otherwise
+    look unchanged (git's "racily clean" problem). A cache: any problem with it costs only time.
     """
 
     FORMAT = 2
@@ -104,15 +92,12 @@ class _StatCache:
         # What the cached answers depend on besides the files: a cache of another dialect is not used.
         self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
-        self._old: dict[str, list[object]] = self._load() if trusted else {}
-        self._new: dict[str, list[object]] = {}
-
-    def _load(self) -> dict[str, list[object]]:
-        data = self._state.get("worktree-stat")
-        if not isinstance(data, dict) or {key: data.get(key) for key in self._header} != self._header:
-            return {}
+        data = self._state.get("worktree-stat") if trusted else None
+        if not isinstance(data, dict) or any(data.get(key) != value for key, value in self._header.items()):
+            data = {}
         files = data.get("files")
-        return files if isinstance(files, dict) else {}
+        self._old: dict[str, list[object]] = files if isinstance(files, dict) else {}
+        self._new: dict[str, list[object]] = {}
 
     def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None] | None:
         """``(sha256, problem)`` as the scan that hashed the file found them, if it is unchanged."""
@@ -134,15 +119,13 @@ class _StatCache:
         ]  # fmt: skip
 
     def save(self) -> None:
-        if self._new == self._old:
-            return
-        payload = {**self._header, "files": self._new}
-        with contextlib.suppress(MirrorError):  # a cache: the next scan hashes again
-            self._state.put("worktree-stat", payload)
+        if self._new != self._old:
+            with contextlib.suppress(MirrorError):  # a cache: the next scan hashes again
+                self._state.put("worktree-stat", {**self._header, "files": self._new})
 
 
 def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
-    """``(tree path, lstat)`` of every non-directory below ``root``, ``.git`` left out, links not followed."""
+    """``(tree path, lstat)`` of every non-folder below ``root`` but ``.git``, links not followed."""
     pending = [""]
     while pending:
         prefix = pending.pop()
@@ -164,7 +147,6 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-# The kind (:class:`WorktreeFile`) of each type of file that is not a folder; any other is "other".
 _KINDS = {
     stat.S_IFREG: "file",
     stat.S_IFLNK: "symlink",
@@ -191,15 +173,14 @@ def _inspect(
         # Gone between the listing and the read (an editor saving by rename): held, not a delete.
         return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
     problem: str | None = None
-    if data is None:
-        problem = str(
-            RuleViolation("content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)")
-        )
-    else:
-        try:
-            decode_content(data, dialect)
-        except RuleViolation as exc:
-            problem = str(exc)
+    try:
+        if data is None:
+            raise RuleViolation(
+                "content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)"
+            )
+        decode_content(data, dialect)
+    except RuleViolation as exc:
+        problem = str(exc)
     cache.store(tree_path, info, sha, problem)
     return WorktreeFile(tree_path, kind, sha, problem)
 
@@ -220,10 +201,8 @@ _READ_FLAGS = (
 
 
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
-    """``(sha256, size, bytes)`` of a regular file; bytes are None for a file too large to be a memory.
-
-    Never through a symlink and never blocking on a fifo (:class:`_NotRegular` names what it is).
-    """
+    """``(sha256, size, bytes)`` of a regular file (bytes None when too large to be a memory), never
+    through a link nor blocking on a fifo (:class:`_NotRegular`)."""
     if not hasattr(os, "O_NOFOLLOW") and os.path.islink(full):
         raise _NotRegular("symlink")  # checked by hand where the flag cannot (a race git shares)
     try:
@@ -247,25 +226,15 @@ def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
         return hashlib.file_digest(handle, "sha256").hexdigest(), handle.tell(), None
 
 
-# --- finding a memory's file: its spellings, on case-insensitive filesystems too ------------------
-
-
-def _joined(prefix: str, components: tuple[str, ...]) -> str:
-    return "/".join((prefix, *components) if prefix else components)
-
-
 @functools.lru_cache(maxsize=64)
 def _case_insensitive(root: Path) -> bool:
-    """Whether the checkout's filesystem finds names regardless of case: ``.GIT`` is there. (No
-    memory is ever spelled ``.GIT``: rule 2 escapes it; so only the filesystem can answer yes.)"""
+    """Whether the checkout's filesystem ignores case: ``.GIT`` is there (rule 2 escapes a memory's
+    ``.GIT``, so only the filesystem can answer yes)."""
     return os.path.lexists(root / ".GIT")
 
 
-def _named(root: Path, tree_path: str, exact: bool) -> bool:
-    """On a case-insensitive filesystem, ``tree_path`` exists by that very name (not another's that
-    folds like it); elsewhere existing is enough."""
-    if not exact:
-        return True
+def _named(root: Path, tree_path: str) -> bool:
+    """Whether ``tree_path`` exists by that very name, not another's that folds like it."""
     folder, _, name = tree_path.rpartition("/")
     try:
         return name in os.listdir(root / folder if folder else root)
@@ -278,13 +247,22 @@ def _is_folder(path: Path) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
 
+def prune_folders(root: Path, tree_path: str) -> None:
+    """Remove the folders of ``tree_path`` that are now empty, deepest first."""
+    for folder in PurePosixPath(tree_path).parents[:-1]:
+        try:
+            (root / folder).rmdir()
+        except OSError:
+            return
+
+
 # --- writing the checkout -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class CheckoutChange:
-    """Make the memory's checkout file hold ``data`` (None: remove it), if it now hashes to
-    ``expected_sha256`` (None: it must be absent)."""
+    """Make the memory's file hold ``data`` (None: remove it), if it now hashes to ``expected_sha256``
+    (None: it must be absent)."""
 
     memory_path: str
     data: bytes | None
@@ -318,7 +296,7 @@ class _Step:
                 os.rename(root / self.where, destination)
             except FileNotFoundError:
                 raise WorktreeChanged(self.where, "a file", None) from None
-            _prune(root, self.where)
+            prune_folders(root, self.where)
             return True
         assert self.change.data is not None
         worktree._check_unchanged(self.change.memory_path, self.change.expected_sha256)
@@ -334,25 +312,12 @@ class _Step:
             temporary.unlink(missing_ok=True)  # gone already once renamed
         if moved_from is not None:
             (root / moved_from).unlink(missing_ok=True)
-            _prune(root, moved_from)
+            prune_folders(root, moved_from)
         return True
 
 
-def _prune(root: Path, tree_path: str) -> None:
-    """Remove the folders of ``tree_path`` that are now empty, deepest first."""
-    for folder in PurePosixPath(tree_path).parents[:-1]:
-        try:
-            (root / folder).rmdir()
-        except OSError:
-            return
-
-
-# --- the working tree of one mirror ---------------------------------------------------------------
-
-
 class Worktree:
-    """The mirror's working tree as memories (``mirror.worktree``): scanning it, finding and reading
-    a memory's file, and writing what reconciling decides (see the module docstring)."""
+    """The mirror's working tree as memories (``mirror.worktree``): see the module docstring."""
 
     def __init__(self, git: GitStore) -> None:
         self._git = git
@@ -366,35 +331,27 @@ class Worktree:
         save_cache: bool = True,
         trust_cache: bool = True,
     ) -> WorktreeScan:
-        """Read the working tree (``.git`` excluded), hashing regular files without following links.
-
-        ``known`` are memory paths that count whatever the ignore rules say (the base's and the store's
-        memories); an untracked file :func:`~memsync.mirror.ignores.is_ignored` leaves out is skipped
-        otherwise, and a ``.gitignore`` file always (the user's). A file whose ``lstat`` (size, mtime,
-        ctime, inode) is what the stat cache recorded, and that was last modified over a second before it
-        was hashed, is not read again (see :class:`_StatCache`); ``trust_cache=False`` reads every file.
-        ``save_cache=False`` writes nothing (status, dry runs).
-        """
-        root = self.path
+        """Hash the working tree's files. ``known`` memory paths count whatever git ignores (the base's
+        and the store's memories). ``trust_cache=False`` hashes every file again (see
+        :class:`_StatCache`); ``save_cache=False`` writes nothing (status, dry runs)."""
         cache = _StatCache(self._git, dialect, trusted=trust_cache)
         scan = WorktreeScan()
+
         # The index is asked only about the few files git would ignore: a tracked one still counts.
-        for tree_path, info in _walk(root):
+        def counts(tree_path: str) -> bool:
+            return not is_ignored(self._git, tree_path) or tree_path in self._git.index()
+
+        for tree_path, info in _walk(self.path):
+            # Never a memory's spelling (that is %2Egitignore): it would be a stray on every sync.
             if is_ignore_file(tree_path):
-                # Never a memory's spelling (that is %2Egitignore), so without this it would be reported
-                # as a stray on every sync, even committed.
                 continue
             try:
                 memory_path = decoded(tree_path)
             except PathEncodingError as exc:
-                if not is_ignored(self._git, tree_path) or tree_path in self._git.index():
+                if counts(tree_path):
                     scan.strays[tree_path] = str(exc)
                 continue
-            if (
-                memory_path not in known
-                and is_ignored(self._git, tree_path)
-                and tree_path not in self._git.index()
-            ):
+            if memory_path not in known and not counts(tree_path):
                 continue
             if (other := scan.files.get(memory_path)) is not None:
                 scan.strays[tree_path] = (
@@ -402,7 +359,7 @@ class Worktree:
                     f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
                 )
                 continue
-            scan.files[memory_path] = _inspect(root / tree_path, tree_path, info, dialect, cache)
+            scan.files[memory_path] = _inspect(self.path / tree_path, tree_path, info, dialect, cache)
         if save_cache:
             cache.save()
         return scan
@@ -428,23 +385,18 @@ class Worktree:
         root = self.path
         exact = _case_insensitive(root)
         segments = check_memory_path(memory_path).split("/")
-        # Folders first, one level at a time: a spelling whose folders are not there is not looked at.
-        prefixes = [""]
-        for segment in segments[:-1]:
-            prefixes = [
+        # One level at a time: a spelling whose folders are not there is not looked at.
+        found = [""]
+        for depth, segment in enumerate(segments, 1):
+            last = depth == len(segments)
+            found = [
                 joined
-                for prefix in prefixes
-                for components in segment_spellings(segment, last=False)
-                if _is_folder(root / (joined := _joined(prefix, components))) and _named(root, joined, exact)
+                for prefix in found
+                for components in segment_spellings(segment, last=last)
+                if os.path.lexists(root / (joined := posixpath.join(prefix, *components)))
+                and _is_folder(root / joined) != last
+                and (not exact or _named(root, joined))
             ]
-        found = [
-            joined
-            for prefix in prefixes
-            for components in segment_spellings(segments[-1], last=True)
-            if os.path.lexists(root / (joined := _joined(prefix, components)))
-            and not _is_folder(root / joined)
-            and _named(root, joined, exact)
-        ]
         if len(found) > 1:
             raise MirrorError(
                 f"{escape_for_terminal(found[0])} and {escape_for_terminal(found[1])} are both the memory"
@@ -453,8 +405,7 @@ class Worktree:
         return found[0] if found else None
 
     def _hash_at(self, tree_path: str) -> tuple[str | None, bytes | None]:
-        """``(sha256, bytes)`` of the file at ``tree_path``; the hash is None when there is no file and
-        :data:`NOT_REGULAR` for a link, the bytes None unless it is a regular file of memory size."""
+        """``(sha256 or None when absent or NOT_REGULAR, bytes when a regular file of memory size)``."""
         try:
             sha, _, data = _hash_file(self.path / tree_path)
         except _NotRegular:
@@ -477,34 +428,27 @@ class Worktree:
         return data
 
     def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
-        """Carry out ``changes``; ``present`` maps the memory paths the checkout has files for to their
-        working-tree paths (as a scan found them).
-
-        Every expectation is checked first (:class:`WorktreeChanged`, nothing written). Files whose
-        spelling changes with the new set of paths (the ``%_`` suffix) are moved, changed or not. Returns
-        warnings (a spelling that could not change because something else occupies the name).
-        """
+        """Carry out ``changes``, every expectation checked first; ``present``: ``{memory path: tree
+        path}`` as a scan found them. Returns warnings (a spelling something else keeps from changing)."""
         by_path = {change.memory_path: change for change in changes}
         if len(by_path) != len(changes):
             raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
         for change in changes:
             self._check_unchanged(change.memory_path, change.expected_sha256)
         removed = {c.memory_path for c in changes if c.data is None}
-        final = (set(present) - removed) | {c.memory_path for c in changes if c.data is not None}
+        final = (set(present) | set(by_path)) - removed
         target = spell_all(final)
         pending: list[_Step] = []
         for memory_path in sorted(final):
-            wanted = by_path.get(memory_path)
-            if wanted is not None:
+            if (wanted := by_path.get(memory_path)) is not None:
                 pending.append(_Step(target[memory_path], self.locate(memory_path), wanted))
             elif present[memory_path] != target[memory_path]:
                 pending.append(_Step(target[memory_path], present[memory_path], None))
-        root = self.path
         for memory_path in sorted(removed):
             if (gone := self.locate(memory_path)) is not None:
                 self._check_unchanged(memory_path, by_path[memory_path].expected_sha256)
-                os.unlink(root / gone)
-                _prune(root, gone)
+                os.unlink(self.path / gone)
+                prune_folders(self.path, gone)
         # A step blocked now may run once another has moved out of its way: go round while any runs.
         while pending:
             blocked = [step for step in pending if not step.try_run(self)]
@@ -530,8 +474,7 @@ class Worktree:
             raise WorktreeChanged(self.locate(memory_path) or encoded(memory_path), expected, found)
 
     def wait_for_index_lock(self) -> None:
-        """Wait briefly (:data:`INDEX_LOCK_WAIT_S`) while git holds ``.git/index.lock``; then a clear
-        error."""
+        """Wait up to :data:`INDEX_LOCK_WAIT_S` while git holds ``.git/index.lock``, then a clear error."""
         lock = self._git.git_dir / "index.lock"
         deadline = time.monotonic() + INDEX_LOCK_WAIT_S
         while lock.exists():
