@@ -260,18 +260,11 @@ def _rewrite(
         with translated("reading the rewritten history"):
             trailers += [parse_message(c.message, str(c.id)) for c in mirror.git.walk(tip, since=parent)]
     in_history = {t.content_sha256 for t in trailers if _written_path(t) is not None}
-    kept_blobs = {k.blob for k in carrier.kept}
-    removed: list[str] = []
-    shared: list[str] = []
-    remaining: list[str] = []
     with translated("checking the redacted contents are gone"):
-        for blob, sha in sorted(pending.blobs.items()):
-            if not mirror.git.has_object(blob):
-                removed.append(blob)
-            elif sha in in_history:
-                shared.append(blob)
-            elif blob not in kept_blobs:
-                remaining.append(blob)
+        removed = [blob for blob in sorted(pending.blobs) if not mirror.git.has_object(blob)]
+    shared = [b for b in sorted(pending.blobs) if b not in removed and pending.blobs[b] in in_history]
+    remaining = sorted(set(pending.blobs) - {*removed, *shared, *(k.blob for k in carrier.kept)})
+    kept = carrier.kept + _scan_state_files(mirror, carrier.redacted.values())
     if remaining:
         carrier.warnings.append(
             f"{len(remaining)} redacted content(s) are still in the repository and memsync cannot tell"
@@ -289,7 +282,7 @@ def _rewrite(
         refs=tuple(carrier.moved),
         removed=tuple(removed),
         shared=tuple(shared),
-        kept=(*carrier.kept, *_scan_state_files(mirror, carrier.redacted.values())),
+        kept=tuple(kept),
         remaining=tuple(remaining),
         warnings=tuple(carrier.warnings),
         reason=reason,
@@ -303,9 +296,7 @@ def _rewrite(
 class _OldCommit:
     id: str
     trailers: Trailers
-    summary: str
-    author_name: str
-    author_email: str
+    commit: pygit2.Commit
 
 
 def _read_history(mirror: Mirror) -> list[_OldCommit]:
@@ -315,14 +306,8 @@ def _read_history(mirror: Mirror) -> list[_OldCommit]:
         return []
     with translated("reading the imported history"):
         return [
-            _OldCommit(
-                id=str(commit.id),
-                trailers=parse_message(commit.message, str(commit.id)),
-                summary=commit.message.split("\n", 1)[0],
-                author_name=commit.author.name,
-                author_email=commit.author.email,
-            )
-            for commit in mirror.git.walk(tip, oldest_first=True)
+            _OldCommit(str(c.id), parse_message(c.message, str(c.id)), c)
+            for c in mirror.git.walk(tip, oldest_first=True)
         ]
 
 
@@ -353,7 +338,7 @@ def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
         return trailers.memory_path
     if trailers.redacted and trailers.content_sha256 is None and trailers.skipped is None:
         return None
-    subject = old.summary.removeprefix(f"{trailers.operation} ")
+    subject = old.commit.message.split("\n", 1)[0].removeprefix(f"{trailers.operation} ")
     if trailers.skipped is not None:
         subject = subject.removesuffix(f" (skipped: {trailers.skipped})")
     elif trailers.redacted:
@@ -393,8 +378,8 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
         content_sha256=trailers.content_sha256,
         created_at=trailers.created_at,
         redacted=trailers.redacted,
-        author_name=old.author_name,
-        author_email=old.author_email,
+        author_name=old.commit.author.name,
+        author_email=old.commit.author.email,
         skipped=trailers.skipped is not None,
         skip_reason=trailers.skipped or "unspecified",
         inferred=trailers.inferred,
@@ -541,7 +526,7 @@ class _Carrier:
         if new != head.target:
             index = self._git.index()
             for path, before, after in _tree_changes(self._git.tree(head.target), self._git.tree(new)):
-                self._carry_file(self._git.workdir, path, before, after)
+                self._carry_file(path, before, after)
                 staged = str(index[path].id) if path in index else None
                 if staged == before:
                     if after is None:
@@ -553,8 +538,8 @@ class _Carrier:
                 self._git.detach_head(new)
         self._report_working_tree()
 
-    def _carry_file(self, workdir: Path, path: str, before: str | None, after: str | None) -> None:
-        file = workdir / path
+    def _carry_file(self, path: str, before: str | None, after: str | None) -> None:
+        file = self._git.workdir / path
         try:
             data: bytes | None = file.read_bytes() if file.is_file() and not file.is_symlink() else None
         except OSError:
@@ -566,7 +551,7 @@ class _Carrier:
             file.unlink()
             with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
                 for folder in Path(path).parents[:-1]:
-                    (workdir / folder).rmdir()
+                    (self._git.workdir / folder).rmdir()
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
             replace_file(file, self._git.read_blob(after))
