@@ -1,15 +1,11 @@
 """Rewriting a mirror's history after a redaction, so the redacted content is in no object of the
 repository, or after the path spelling rules changed (docs/design.md §2, "Redaction propagates";
-docs/backup.md walks through a rewrite step by step).
+docs/backup.md walks through a rewrite).
 
 The commits from the first affected one on are derived again by the deterministic :class:`HistoryWriter`,
-so they get the ids a fresh import made now would. Everything that points into the old history follows:
-``main``, ``refs/memsync/base``, other branches, ``ORIG_HEAD`` and friends and every stash entry move to
-the new commits (unpushed work on top is made again on the new parent, keeping the files it changed);
-memsync's records under ``refs/memsync/`` lose files that are exactly redacted content; the index and
-working tree take the new content where the user did not change a file. Then reflogs expire, unreachable
-objects are pruned and the caches naming old commits are dropped. A blob a version that is not redacted
-also uses stays, and so do redacted bytes in the user's unpushed work (reported).
+with the ids a fresh import made now would have. Every ref, the stash, the pseudo-refs, the index and the
+working tree follow them, keeping the user's unpushed work (redacted bytes in it are reported), and what
+nothing reaches any more is pruned. A blob that a version which is not redacted also uses stays.
 
 Crash order, so the next full scan finishes a killed rewrite: the new history is written on a private
 ref, the other refs and the checkout follow, ``memstore/main`` moves last. The state's ``rewrite-pending``
