@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsync.mirror import Mirror, VersionRecord, rewrite_redacted
-from memsync.mirror.rewrite import superseded_commits
+from memsync.mirror import Mirror, Rewriter, VersionRecord
 from tests.mirror.oracle import fsck, git, record
 from tests.mirror.test_history_model import operations, play
 
@@ -60,7 +59,7 @@ def test_the_rewritten_mirror_equals_a_fresh_import_and_holds_no_redacted_object
     old_tip = mirror.tip()
     assert exists(mirror.path, blob(SECRET))
     redacted = forward_redacted(HISTORY[1])
-    report = rewrite_redacted(mirror, [redacted])
+    report = Rewriter(mirror).redact([redacted])
     assert report is not None
     fresh = write(tmp_path / "fresh", [HISTORY[0], redacted, *HISTORY[2:]])
     assert mirror.tip() == fresh.tip() != old_tip
@@ -74,16 +73,16 @@ def test_the_rewritten_mirror_equals_a_fresh_import_and_holds_no_redacted_object
     assert mirror.local_changes() == ()
     # No reflog keeps the old history; the old ids are remembered for the next backup.
     assert git(mirror.path, "reflog", "show", "--all") == ""
-    assert old_tip in superseded_commits(mirror)
+    assert old_tip in Rewriter(mirror).superseded()
     fsck(mirror.path)
     # A second run has nothing to do.
-    assert rewrite_redacted(Mirror.open(mirror.path), [redacted]) is None
+    assert Rewriter(Mirror.open(mirror.path)).redact([redacted]) is None
 
 
 def test_redacting_the_content_the_checkout_shows_updates_the_working_tree(tmp_path: Path) -> None:
     mirror = write(tmp_path / "m", HISTORY[:2])
     assert (mirror.path / "secret.md").read_bytes() == SECRET
-    report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
+    report = Rewriter(mirror).redact([forward_redacted(HISTORY[1])])
     assert report is not None and report.removed == (blob(SECRET),)
     # The redacted version never wrote the file: in the new history it does not exist.
     assert not (mirror.path / "secret.md").exists()
@@ -95,7 +94,7 @@ def test_redacting_the_content_the_checkout_shows_updates_the_working_tree(tmp_p
 def test_a_blob_another_version_uses_stays(tmp_path: Path) -> None:
     history = [*HISTORY, record(6, "mem_c", "created", "copy.md", SECRET)]
     mirror = write(tmp_path / "m", history)
-    report = rewrite_redacted(mirror, [forward_redacted(history[1])])
+    report = Rewriter(mirror).redact([forward_redacted(history[1])])
     assert report is not None
     assert report.shared == (blob(SECRET),) and report.removed == ()
     assert exists(mirror.path, blob(SECRET))
@@ -112,7 +111,7 @@ def test_anthropic_redaction_of_a_rename_equals_a_fresh_import(tmp_path: Path) -
     ]
     mirror = write(tmp_path / "m", history)
     redacted = anthropic_redacted(history[1])
-    rewrite_redacted(mirror, [redacted])
+    Rewriter(mirror).redact([redacted])
     fresh = write(tmp_path / "fresh", [history[0], redacted, *history[2:]])
     assert mirror.tip() == fresh.tip()
     assert not exists(mirror.path, blob(b"second\n"))
@@ -140,7 +139,7 @@ def test_unpushed_work_is_carried_over_and_redacted_bytes_in_it_are_reported(tmp
     git(repo, "update-ref", "refs/memsync/conflicts/notes-a", record_commit)
     (repo / ".git" / "ORIG_HEAD").write_text(old_tip + "\n")
 
-    report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
+    report = Rewriter(mirror).redact([forward_redacted(HISTORY[1])])
     assert report is not None
     new_tip = mirror.tip()
     assert new_tip != old_tip
@@ -181,7 +180,7 @@ def test_a_ref_to_commits_unrelated_to_the_rewrite_stays(tmp_path: Path) -> None
     metadata_before = mirror.git.ref_target(mirror.METADATA_REF)
     first = git(mirror.path, "rev-list", "--reverse", "memstore/main").split()[0]
     git(mirror.path, "update-ref", "refs/memsync/old", first)
-    report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
+    report = Rewriter(mirror).redact([forward_redacted(HISTORY[1])])
     assert report is not None and "refs/memsync/old" not in report.refs
     assert mirror.git.ref_target("refs/memsync/old") == first  # before the first rewritten commit
     assert mirror.git.ref_target(mirror.METADATA_REF) == metadata_before
@@ -224,7 +223,7 @@ def test_any_redaction_of_any_history_equals_a_fresh_import(
     base = tmp_path_factory.mktemp("rewrite")
     mirror = write(base / "m", records)
     gone = {blob(records[i].content or b"") for i in chosen}
-    rewrite_redacted(mirror, [after[i] for i in sorted(chosen)])
+    Rewriter(mirror).redact([after[i] for i in sorted(chosen)])
     fresh = write(base / "fresh", after)
     assert mirror.tip() == fresh.tip()
     still_written = {blob(r.content) for r in after if r.content is not None and not r.skipped}
@@ -250,7 +249,7 @@ def test_a_conflict_record_loses_its_redacted_side_and_keeps_the_users(tmp_path:
     record_commit = git(repo, "commit-tree", tree, "-m", "conflict at secret.md").strip()
     git(repo, "update-ref", "refs/memsync/conflicts/secret.md", record_commit)
 
-    report = rewrite_redacted(mirror, [forward_redacted(HISTORY[1])])
+    report = Rewriter(mirror).redact([forward_redacted(HISTORY[1])])
     assert report is not None
     assert "refs/memsync/conflicts/secret.md" in report.refs
     names = git(repo, "ls-tree", "--name-only", "refs/memsync/conflicts/secret.md").split()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import UnsafeInput
-from memsync.mirror import FormatError, Mirror, VersionRecord, inferred_version_id, rewrite_redacted
+from memsync.mirror import FormatError, Mirror, Rewriter, VersionRecord, inferred_version_id
 from memsync.mirror.history import HistoryFacts, RedactedCommit
 from memsync.mirror.trailers import Trailers, format_message, parse_message
 from tests.mirror.oracle import T0, fsck, git, record
@@ -185,7 +185,7 @@ def test_a_redacted_commit_loses_content_its_memory_no_longer_serves(tmp_path: P
     first = replace(record(1, "mem_a", "updated", "a.md", b"a\n"), history_truncated=1)
     mirror = write(tmp_path / "m", [first, leaky, rotated])
     assert exists(mirror.path, blob(SECRET))
-    report = rewrite_redacted(mirror, [], recontent={"memver_0002": None})
+    report = Rewriter(mirror).redact([], recontent={"memver_0002": None})
     assert report is not None and report.removed == (blob(SECRET),)
     assert not exists(mirror.path, blob(SECRET))
     fresh = write(tmp_path / "fresh", [first, replace(leaky, content=None), rotated])
@@ -201,8 +201,8 @@ def test_a_redacted_commit_loses_content_its_memory_no_longer_serves(tmp_path: P
     ]
     fsck(mirror.path)
     # Nothing more to do; and serving the content again brings it back, as a fresh import would write it.
-    assert rewrite_redacted(mirror, [], recontent={"memver_0002": None}) is None
-    back = rewrite_redacted(mirror, [], recontent={"memver_0002": SECRET})
+    assert Rewriter(mirror).redact([], recontent={"memver_0002": None}) is None
+    back = Rewriter(mirror).redact([], recontent={"memver_0002": SECRET})
     assert back is not None
     assert mirror.tip() == write(tmp_path / "again", [first, leaky, rotated]).tip()
 
@@ -212,7 +212,7 @@ def test_a_rewrite_from_the_first_commit_keeps_what_it_says_about_the_history(tm
     later = [record(2, "mem_s", "updated", "s.md", b"clean\n"), inferred("mem_x", "x.md", 2)]
     mirror = write(tmp_path / "m", [first, record(2, "mem_x", "created", "x.md", b"x\n"), *later])
     redacted = replace(record(1, "mem_s", "updated", "s.md", None, sha=first.content_sha256), redacted=True)
-    report = rewrite_redacted(mirror, [redacted])
+    report = Rewriter(mirror).redact([redacted])
     assert report is not None and report.commits == 4
     fresh = write(
         tmp_path / "fresh",

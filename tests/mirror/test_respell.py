@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memsync.mirror import Mirror, VersionRecord, respell_history
-from memsync.mirror.rewrite import respelling_due, superseded_commits
+from memsync.mirror import Mirror, Rewriter, VersionRecord
 from memsync.mirror.state import CACHES
 from tests.mirror.oracle import fsck, git, record
 
@@ -61,9 +60,9 @@ def test_an_old_mirror_is_respelled_to_a_fresh_imports_commits(tmp_path: Path) -
         p.relative_to(mirror.path).as_posix() for p in mirror.path.rglob("*.md")
     }
     mirror = Mirror.open(mirror.path)
-    assert respelling_due(mirror)
+    assert Rewriter(mirror).respelling_due()
 
-    report = respell_history(mirror)
+    report = Rewriter(mirror).respell()
 
     assert report is not None and report.reason == "spelling"
     assert "path spelling: rewrote" in report.summary() and "memsync backup" in report.summary()
@@ -78,25 +77,25 @@ def test_an_old_mirror_is_respelled_to_a_fresh_imports_commits(tmp_path: Path) -
     )
     assert on_disk == ["%63on.md", "a%3Ab.md", "notes/%52eadme.md", "notes/readme.md", "plain.md"]
     assert git(mirror.path, "status", "--porcelain") == ""
-    assert old_tip in superseded_commits(mirror)  # the next backup may force-update its remotes
+    assert old_tip in Rewriter(mirror).superseded()  # the next backup may force-update its remotes
     fsck(mirror.path)
-    assert not respelling_due(mirror)
-    assert respell_history(mirror) is None
+    assert not Rewriter(mirror).respelling_due()
+    assert Rewriter(mirror).respell() is None
 
 
 def test_a_mirror_that_needs_no_new_rule_keeps_its_commits(tmp_path: Path) -> None:
     mirror = write(tmp_path / "m", [HISTORY[0], HISTORY[1]])
     tip = mirror.tip()
     mirror.git.state.put("spelling-rules", None)
-    assert respell_history(mirror) is None
-    assert mirror.tip() == tip and not respelling_due(mirror)
+    assert Rewriter(mirror).respell() is None
+    assert mirror.tip() == tip and not Rewriter(mirror).respelling_due()
 
 
 def test_the_users_edit_of_a_respelled_file_is_kept(tmp_path: Path) -> None:
     mirror = write(tmp_path / "old", HISTORY)
     spell_as_format_1(mirror)
     (mirror.path / "a:b.md").write_bytes(b"my edit\n")
-    respell_history(Mirror.open(mirror.path))
+    Rewriter(Mirror.open(mirror.path)).respell()
     # The edit stays where the user made it; the store's copy is checked out under today's spelling.
     assert (mirror.path / "a:b.md").read_bytes() == b"my edit\n"
     assert (mirror.path / "a%3Ab.md").read_bytes() == b"colon\n"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.mirror import Mirror
-from memsync.mirror.rewrite import rewrite_pending, superseded_commits
+from memsync.mirror import Mirror, Rewriter
 from memsync.mirror.state import CACHES, INTENTS, State
 
 NewMirror = Callable[..., Mirror]
@@ -49,8 +48,8 @@ def test_older_state_files_are_brought_in_once_and_then_removed(new_mirror: NewM
     state.close()
     assert sorted(p.name for p in folder.iterdir()) == ["state.sqlite"]
     with Mirror.open(mirror.path) as reopened:
-        assert superseded_commits(reopened) == {old, "b" * 40}
-        assert rewrite_pending(reopened)
+        assert Rewriter(reopened).superseded() == {old, "b" * 40}
+        assert Rewriter(reopened).pending()
         assert reopened.git.state.get("backup-prune-pending") == ["/backups/one.git"]
         assert reopened.git.state.get("metadata-follows") is None, "a cache: rebuilt, not carried"
 

@@ -16,7 +16,7 @@ from memsync.mirror.history import HistoryWriter, VersionRecord
 from memsync.mirror.origin import Origin
 from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.repository import ImportedVersion, Mirror
-from memsync.mirror.rewrite import defer_rewrite, respell_history, rewrite_pending, rewrite_redacted
+from memsync.mirror.rewrite import Rewriter
 from memsync.mirror.snapshots import SnapshotEntry, Snapshots
 from memsync.mirror.trailers import Operation, inferred_version_id
 from memsync.mirror.view import StoreCommit, View, ViewCommit
@@ -40,6 +40,7 @@ __all__ = [
     "PathEncodingError",
     "PushResult",
     "RefMoved",
+    "Rewriter",
     "SnapshotEntry",
     "Snapshots",
     "StoreCommit",
@@ -52,7 +53,6 @@ __all__ = [
     "blob_id",
     "clear_stale_locks",
     "decode_path",
-    "defer_rewrite",
     "encode_path",
     "encode_paths",
     "escape_for_terminal",
@@ -60,7 +60,4 @@ __all__ = [
     "main_rewind",
     "pushed_refs",
     "reset_main",
-    "respell_history",
-    "rewrite_pending",
-    "rewrite_redacted",
 ]

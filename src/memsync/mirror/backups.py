@@ -3,7 +3,7 @@
 A password in a target's URL, or the ``${VARIABLE}`` naming it, reaches libgit2 only in the credential
 callback; every URL shown is :attr:`BackupTarget.display`; pushes go to an anonymous remote, so
 nothing is written into ``.git/config``. What is pushed is :func:`backup_refs`, fast-forward only:
-a ref is forced only from a commit a redaction replaced (:func:`memsync.mirror.superseded_commits`),
+a ref is forced only from a commit a redaction replaced (:meth:`memsync.mirror.Rewriter.superseded`),
 and a ``refs/memsync/`` ref the mirror no longer has is deleted. After either, a local backup is
 pruned so the replaced objects leave it too (a network host may keep them: the result warns).
 """
@@ -32,7 +32,7 @@ from memsync.mirror.history import PathMap, replay
 from memsync.mirror.metadata import read_metadata
 from memsync.mirror.paths import decode_path
 from memsync.mirror.repository import ImportedVersion, Mirror
-from memsync.mirror.rewrite import superseded_commits
+from memsync.mirror.rewrite import Rewriter
 from memsync.mirror.trailers import parse_message
 
 TargetKind = Literal["local", "ssh", "http", "git"]
@@ -269,7 +269,7 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         heads = mirror.git.advertised_refs(target.url, callbacks)
     except pygit2.GitError as exc:
         raise MirrorError(callbacks.refused or f"connecting to {target.display}: {exc}") from None
-    superseded = superseded_commits(mirror)
+    superseded = Rewriter(mirror).superseded()
     specs: list[str] = []
     planned: list[RefPush] = []
     for local, remote_ref in refs.items():

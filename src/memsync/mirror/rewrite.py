@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # Outside refs/memsync/ on purpose: backups push refs/memsync/*, and this ref is never worth pushing.
 WORK_REF = "refs/memsync-rewrite/memstore"
 STASH_REF = "refs/stash"
-SPELLING_RULES = "2"  # the spelling rules a mirror's history is checked against (respell_history)
+SPELLING_RULES = "2"  # the spelling rules a mirror's history is checked against (Rewriter.respell)
 RECORDS_PREFIX = "refs/memsync/"  # memsync's records: they copy store content, so redacted copies leave
 # Files git keeps next to HEAD that name a commit; they are not refs, so they are mapped by hand.
 PSEUDO_REFS = ("ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "FETCH_HEAD", "AUTO_MERGE")
@@ -121,93 +121,97 @@ class _Pending:
         mirror.git.state.put("rewrite-pending", asdict(self))
 
 
-def superseded_commits(mirror: Mirror) -> set[str]:
-    """Old commit ids that a redaction rewrite replaced (a backup may force-update a ref from these)."""
-    return {commit for commit in mirror.git.state.get("superseded") or () if len(commit) == 40}
+class Rewriter:
+    """Rewrites of one mirror's history (see the module docstring); the caller holds the store's lock."""
 
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
 
-def rewrite_pending(mirror: Mirror) -> bool:
-    """Whether an interrupted rewrite still has redacted content to prune."""
-    return mirror.git.state.get("rewrite-pending") is not None
+    def superseded(self) -> set[str]:
+        """Old commit ids that a rewrite replaced (a backup may force-update a ref from these)."""
+        return {commit for commit in self.mirror.git.state.get("superseded") or () if len(commit) == 40}
 
+    def pending(self) -> bool:
+        """Whether an interrupted rewrite still has redacted content to prune."""
+        return self.mirror.git.state.get("rewrite-pending") is not None
 
-def defer_rewrite(mirror: Mirror, versions: Iterable[str]) -> None:
-    """Note that a rewrite is due for ``versions`` without doing it now (:func:`rewrite_pending` is
-    then true, so the next pull looks again at every redacted commit and rewrites)."""
-    pending = _Pending.load(mirror) or _Pending()
-    pending.versions.extend(v for v in versions if v not in pending.versions)
-    pending.save(mirror)
+    def defer(self, versions: Iterable[str]) -> None:
+        """Note that a rewrite is due for ``versions`` without doing it now (:meth:`pending` is then
+        true, so the next pull looks again at every redacted commit and rewrites)."""
+        pending = _Pending.load(self.mirror) or _Pending()
+        pending.versions.extend(v for v in versions if v not in pending.versions)
+        pending.save(self.mirror)
 
+    def redact(
+        self, records: Iterable[VersionRecord], *, recontent: Mapping[str, bytes | None] | None = None
+    ) -> RewriteReport | None:
+        """Rewrite the mirror so the versions of ``records`` are redacted in it; None when there was
+        nothing to do. Also finishes the pruning an interrupted rewrite left pending.
 
-def rewrite_redacted(
-    mirror: Mirror,
-    records: Iterable[VersionRecord],
-    *,
-    recontent: Mapping[str, bytes | None] | None = None,
-) -> RewriteReport | None:
-    """Rewrite the mirror so the versions of ``records`` are redacted in it; None when there was nothing
-    to do. Also finishes the pruning an interrupted rewrite left pending. The caller holds the store's lock.
+        ``records`` are the redacted versions exactly as a fresh import would add them (content None, or
+        the live memory's current content when the API still serves it under the kept hash); versions
+        the history does not hold are ignored. ``recontent`` names versions whose commits record them as
+        redacted already, with the content a fresh import would now write: None where the memory no
+        longer serves the kept hash (its content leaves the mirror), or the bytes it serves again.
+        """
+        mirror = self.mirror
+        replacements = {record.version_id: record for record in records}
+        recontent = dict(recontent or {})
+        pending = _Pending.load(mirror)
+        if not replacements and not recontent and pending is None:
+            return None  # the common full scan: nothing redacted since the import, nothing owed
+        history = _read_history(mirror)
 
-    ``records`` are the redacted versions exactly as a fresh import would add them (content None, or the
-    live memory's current content when the API still serves it under the kept hash); versions the history
-    does not hold are ignored. ``recontent`` names versions whose commits record them as redacted already,
-    with the content a fresh import would now write: None where the memory no longer serves the kept hash
-    (its content leaves the mirror), or the bytes it serves again.
-    """
-    replacements = {record.version_id: record for record in records}
-    recontent = dict(recontent or {})
-    pending = _Pending.load(mirror)
-    if not replacements and not recontent and pending is None:
-        return None  # the common full scan: nothing redacted since the import, nothing owed
-    history = _read_history(mirror)
+        def is_affected(old: _OldCommit) -> bool:
+            version = old.trailers.version_id
+            if version in replacements:
+                # A commit that already records its version as redacted was written from a redacted version.
+                return not old.trailers.redacted
+            if version in recontent and old.trailers.redacted:
+                return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
+            return False
 
-    def is_affected(old: _OldCommit) -> bool:
-        version = old.trailers.version_id
-        if version in replacements:
-            # A commit that already records its version as redacted was written from a redacted version.
-            return not old.trailers.redacted
-        if version in recontent and old.trailers.redacted:
-            return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
-        return False
+        affected = [i for i, old in enumerate(history) if is_affected(old)]
+        if not affected and pending is None:
+            return None
+        pending = pending or _Pending()
+        for old in (history[index] for index in affected):
+            if old.trailers.version_id not in pending.versions:
+                pending.versions.append(old.trailers.version_id)
+            blob = _written_blob(mirror, old)
+            if blob is not None:
+                pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
+        if affected:
+            pending.save(
+                mirror
+            )  # before anything changes: from here on, a kill leaves a note of what to prune
+        start = affected[0] if affected else None
+        return _rewrite(mirror, history, start, pending, "redaction", replacements, recontent)
 
-    affected = [i for i, old in enumerate(history) if is_affected(old)]
-    if not affected and pending is None:
-        return None
-    pending = pending or _Pending()
-    for old in (history[index] for index in affected):
-        if old.trailers.version_id not in pending.versions:
-            pending.versions.append(old.trailers.version_id)
-        blob = _written_blob(mirror, old)
-        if blob is not None:
-            pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
-    if affected:
-        pending.save(mirror)  # before anything changes: from here on, a kill leaves a note of what to prune
-    start = affected[0] if affected else None
-    return _rewrite(mirror, history, start, pending, "redaction", replacements, recontent)
+    def respelling_due(self) -> bool:
+        """Whether the history was not yet checked against today's path spelling rules."""
+        return self.mirror.git.state.get("spelling-rules") != SPELLING_RULES
 
-
-def respelling_due(mirror: Mirror) -> bool:
-    """Whether the mirror's history was not yet checked against today's path spelling rules."""
-    return mirror.git.state.get("spelling-rules") != SPELLING_RULES
-
-
-def respell_history(mirror: Mirror) -> RewriteReport | None:
-    """Rewrite, as a redaction is, the history a memsync without spelling rules 5 and 6 wrote if any of
-    its trees needs them (docs/mirror.md, "Path spelling"). None when nothing needed it (the mirror is
-    then noted as checked, and not read again). The caller holds the store's lock and owns the checkout.
-    """
-    if not respelling_due(mirror):
-        return None
-    history = _read_history(mirror)
-    paths = PathMap()
-    report = None
-    for index, old in enumerate(history):
-        apply_trailers(paths, old.trailers)
-        if paths.novel and old.trailers.format == 1:  # format 1's rules spelled its tree, today's would not
-            report = _rewrite(mirror, history, index, _Pending(), "spelling", {}, {})
-            break
-    mirror.git.state.put("spelling-rules", SPELLING_RULES)
-    return report
+    def respell(self) -> RewriteReport | None:
+        """Rewrite, as a redaction is, the history a memsync without spelling rules 5 and 6 wrote if any
+        of its trees needs them (docs/mirror.md, "Path spelling"). None when nothing needed it (the
+        mirror is then noted as checked, and not read again). The caller also owns the checkout.
+        """
+        mirror = self.mirror
+        if not self.respelling_due():
+            return None
+        history = _read_history(mirror)
+        paths = PathMap()
+        report = None
+        for index, old in enumerate(history):
+            apply_trailers(paths, old.trailers)
+            if (
+                paths.novel and old.trailers.format == 1
+            ):  # format 1's rules spelled its tree, today's would not
+                report = _rewrite(mirror, history, index, _Pending(), "spelling", {}, {})
+                break
+        mirror.git.state.put("spelling-rules", SPELLING_RULES)
+        return report
 
 
 def _rewrite(

@@ -10,7 +10,7 @@ The flow of one store (docs/design.md §2, §5; docs/api-contract.md §6):
    switches to listing everything: every version not imported yet is imported at the tip, with a
    warning — the one documented case where two mirrors can differ. ``--full-scan`` does the same on
    purpose, and also reports versions redacted since their import and versions gone through retention;
-   redacted ones are then rewritten out of the mirror (:func:`memsync.mirror.rewrite_redacted`).
+   redacted ones are then rewritten out of the mirror (:meth:`memsync.mirror.Rewriter.redact`).
 4. Contents already in the repository (by hash) are not fetched; the others are fetched in a pipeline
    that overlaps with git writing.
 5. Untrusted input — a path git must not see, a content that does not match its hash — stops the
@@ -75,14 +75,11 @@ from memsync.mirror import (
     ImportedVersion,
     Mirror,
     Origin,
+    Rewriter,
     VersionRecord,
     clear_stale_locks,
-    defer_rewrite,
     escape_for_terminal,
     inferred_version_id,
-    respell_history,
-    rewrite_pending,
-    rewrite_redacted,
 )
 from memsync.rules import Dialect
 from memsync.sync.locks import held
@@ -234,7 +231,7 @@ def pull_store(
             first_import = mirror.tip() is None
             if checkout:
                 # Before anything is imported on top of it: a new commit is spelled by today's rules.
-                respelled = respell_history(mirror)
+                respelled = Rewriter(mirror).respell()
                 if respelled is not None:
                     report.rewrite = respelled.to_json()
                     report.warnings.append(respelled.summary())
@@ -244,7 +241,7 @@ def pull_store(
             importer.snapshot_metadata()
             if full_scan:
                 importer.infer_deletes()
-            importer.propagate_redactions(everything=full_scan or rewrite_pending(mirror), now=checkout)
+            importer.propagate_redactions(everything=full_scan or Rewriter(mirror).pending(), now=checkout)
             if checkout:
                 _update_checkout(mirror, report)
             importer.note_history(first_import=first_import)
@@ -508,7 +505,7 @@ class _Importer:
             # Only what this pull touched: looking at everything again is the next pull's work.
             recontent = self._recontent(everything=False)
             if records or recontent:
-                defer_rewrite(self.mirror, [r.version_id for r in records] + sorted(recontent))
+                Rewriter(self.mirror).defer([r.version_id for r in records] + sorted(recontent))
             return
         recontent = self._recontent(everything=everything)
         dropped = sorted(v for v, content in recontent.items() if content is None)
@@ -523,7 +520,7 @@ class _Importer:
                 f"{len(restored)} redacted version(s) hold the content their memory serves again:"
                 f" {', '.join(restored)}; their commits write it, as a fresh import does"
             )
-        result = rewrite_redacted(self.mirror, records, recontent=recontent)
+        result = Rewriter(self.mirror).redact(records, recontent=recontent)
         if result is None:
             return
         self.report.rewrite = result.to_json()
