@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from memsync.errors import storage_error
+from memsync.errors import MirrorError, storage_error
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,12 @@ class State:
                 else db.execute(f"SELECT value FROM {table} WHERE name = ?", (name,)).fetchone()
             )
             return None if row is None else json.loads(row[0])
-        except (sqlite3.OperationalError, ValueError):
-            if table == "intent":
+        except (sqlite3.OperationalError, MirrorError, ValueError) as exc:
+            if table == "cache":
+                return None  # a cache that cannot be read (a read-only mirror): rebuilt by the caller
+            if isinstance(exc, MirrorError):
                 raise
-            return None  # a cache that cannot be read (a read-only mirror): rebuilt by the caller
+            raise storage_error(f"reading the {name!r} entry of memsync's state {self.path}: {exc}") from None
 
     def put(self, name: str, value: Any) -> None:
         """Set ``name`` to ``value`` (JSON), or delete it when ``value`` is None, in one transaction."""
@@ -177,12 +179,15 @@ class State:
             if not create and not legacy and not self.path.exists():
                 return None
             try:
-                self._db = self._open()
-            except sqlite3.DatabaseError as exc:
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise
-                self._set_aside(exc)
-                self._db = self._open()
+                try:
+                    self._db = self._open()
+                except sqlite3.DatabaseError as exc:
+                    if isinstance(exc, sqlite3.OperationalError):
+                        raise
+                    self._set_aside(exc)
+                    self._db = self._open()
+            except (sqlite3.OperationalError, OSError) as exc:  # a full disk, a read-only folder
+                raise storage_error(f"opening memsync's state {self.path}: {exc}") from None
         return self._db
 
     def _open(self) -> sqlite3.Connection:
