@@ -639,26 +639,20 @@ def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
     return removed
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Give ``path`` the content ``data`` whole, or leave it as it was: written beside it, then
-    renamed over it. The temporary's name is short (any file name fits beside it), per thread (no
-    two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`).
-
-    ``durable``: synced before and after the rename, so that a power cut leaves the old content or
-    the new. A cache (rebuilt when it is missing or does not parse) passes False: the syncs would
-    cost every scan for nothing."""
+def replace_file(path: Path, data: bytes) -> None:
+    """Give ``path`` the content ``data`` whole, or leave it as it was, durably: written beside it,
+    then renamed over it. The temporary's name is short (any file name fits beside it), one per
+    thread, and ignored by git and memsync's scans (:data:`TEMPORARY_PREFIX`)."""
     temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
     try:
         with open(temporary, "wb") as out:
             out.write(data)
             out.flush()
-            # Durable before it is renamed over the old file: after a power cut the name holds the
-            # old content or the new, never an empty file (ext4, XFS and APFS may reorder them).
-            if durable:
-                os.fsync(out.fileno())
+            # Synced before the rename: after a power cut the name holds the old content or the new,
+            # never an empty file (ext4, XFS and APFS may reorder them).
+            os.fsync(out.fileno())
         replace_over(temporary, path)
-        if durable:
-            sync_folder(path.parent)
+        sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)  # gone already once renamed
 
