@@ -1,14 +1,12 @@
 """Writing objects into a mirror through ``git fast-import``: git encodes every blob, tree and commit.
 
-One :class:`FastImport` is one ``git fast-import`` process, fed one batch of blobs and commits and then
-finished, which leaves exactly one new pack (git-filter-repo drives fast-import the same way). A
-process per batch keeps fast-import's memory to one batch's objects, and ends each batch with its pack
-complete on disk: the caller moves its own ref by compare-and-swap only after :meth:`FastImport.finish`.
+One :class:`FastImport` is one process fed one batch, leaving exactly one new pack (as git-filter-repo
+does): fast-import's memory stays one batch's, and the caller moves its own ref by compare-and-swap
+only after :meth:`FastImport.finish`, with the pack complete on disk.
 
-fast-import always commits onto a branch, so the commits go onto a scratch ref, ``refs/memsync/importing``,
-which the stream itself deletes at its end. A writer killed before then leaves the ref (the next one
-starts by deleting it) and at worst a pack of unreachable objects, which ``git gc`` drops: never a
-change to any ref memsync reads.
+fast-import always commits onto a branch: a scratch ref, ``refs/memsync/importing``, which the stream
+deletes at its end. A writer killed before then leaves that ref (the next deletes it) and at worst a
+pack of unreachable objects for ``git gc``: never a change to any ref memsync reads.
 """
 
 from __future__ import annotations
@@ -28,19 +26,18 @@ from memsync.errors import MirrorError
 from memsync.mirror.gitbinary import NO_HOOKS, git_environment, require_git
 
 SCRATCH_REF = "refs/memsync/importing"
-MODE_FILE = "100644"
-# The stream's buffer and pipe. Each write(2) releases the GIL, and during an import the fetch
-# threads take it meanwhile, so each write costs a wait to get it back: a 256 KiB buffer makes a
-# batch's stream (about 800 KiB for 1,000 versions) a few writes instead of a hundred. A pipe of
-# 1 MiB (Linux's default ceiling for F_SETPIPE_SZ) holds most of a batch, so the writer does not
-# block whenever fast-import, sharing the cores with memsync and the server, falls behind.
+_END = b"reset " + SCRATCH_REF.encode() + b"\ndone\n"
+# Each write(2) releases the GIL, which the fetch threads then take, so each write waits to get it
+# back: a 256 KiB buffer makes a batch's stream (about 800 KiB for 1,000 versions) a few writes, not
+# a hundred. A 1 MiB pipe (Linux's default ceiling for F_SETPIPE_SZ) holds most of a batch, so the
+# writer does not block whenever fast-import, sharing the cores, falls behind.
 STREAM_BUFFER = 256 << 10
 PIPE_SIZE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """An author or committer line: name, email and whole seconds since the epoch, always UTC."""
+    """An author or committer: whole seconds since the epoch, always UTC."""
 
     name: str
     email: str
@@ -77,7 +74,7 @@ Change = Put | Remove | Move
 
 
 def blob_id(data: bytes) -> str:
-    """The id git gives a blob of ``data`` (libgit2 computes it)."""
+    """The id git gives a blob of ``data``."""
     return str(pygit2.hash(data))
 
 
@@ -88,12 +85,9 @@ def _quoted(path: str) -> bytes:
 
 
 class FastImport:
-    """One ``git fast-import`` process writing a batch of objects into the repository at ``git_dir``.
-
-    :meth:`blob` and :meth:`commit` stream objects; :meth:`finish` ends the process and returns the
-    commit ids by mark (1, 2, ... in the order of :meth:`commit`). :meth:`abort` (or leaving a
-    ``with`` block by an exception) ends it with nothing but unreachable objects written.
-    """
+    """One ``git fast-import`` process writing a batch of objects into the repository at ``git_dir``:
+    :meth:`finish` returns the commit ids by mark (1, 2, ... in the order of :meth:`commit`);
+    :meth:`abort` (or an exception leaving a ``with`` block) leaves only unreachable objects."""
 
     def __init__(self, git_dir: Path, marks_file: Path) -> None:
         require_git()
@@ -102,22 +96,12 @@ class FastImport:
         # Its messages go to a file, not a pipe: a pipe nobody reads until the end could fill and
         # stall fast-import while memsync waits on it to read its input.
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _close, after the wait)
+        # Always a pack, however small the batch: git would leave a batch of under 100 objects loose,
+        # and a daemon's small pulls would pile up loose files.
+        command = ["git", *NO_HOOKS, "-c", "fastimport.unpackLimit=0", f"--git-dir={git_dir}", "fast-import"]
+        command += ["--quiet", "--done", "--force", "--date-format=raw", f"--export-marks={marks_file}"]
         self._process = subprocess.Popen(
-            [
-                "git",
-                *NO_HOOKS,
-                # Always a pack, however small the batch: git would leave a batch of under 100
-                # objects loose, and a daemon's small pulls would pile up loose files.
-                "-c",
-                "fastimport.unpackLimit=0",
-                f"--git-dir={git_dir}",
-                "fast-import",
-                "--quiet",
-                "--done",
-                "--force",
-                "--date-format=raw",
-                f"--export-marks={marks_file}",
-            ],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
@@ -125,8 +109,7 @@ class FastImport:
             bufsize=STREAM_BUFFER,
         )
         assert self._process.stdin is not None
-        # Linux only (fcntl does not exist on Windows; F_SETPIPE_SZ nowhere else); where the
-        # system's ceiling is lower, the pipe keeps its size.
+        # F_SETPIPE_SZ is Linux's (no fcntl on Windows); under a lower ceiling the pipe keeps its size.
         if sys.platform.startswith("linux"):
             import fcntl
 
@@ -139,7 +122,6 @@ class FastImport:
         self._send(b"reset " + SCRATCH_REF.encode() + b"\n")
 
     def blob(self, data: bytes) -> str:
-        """Stream a blob; its id."""
         self._send(b"blob\ndata %d\n" % len(data), data, b"\n")
         self.bytes_written += len(data)
         return blob_id(data)
@@ -154,30 +136,18 @@ class FastImport:
         changes: Iterable[Change],
     ) -> int:
         """Stream a commit of ``changes`` on top of the previous commit of this stream (the first on
-        ``parent``, or a root commit); its mark, for :meth:`finish`'s ids. ``author`` and
-        ``committer`` are ident lines as git writes them (``Name <email> seconds +hhmm``)."""
+        ``parent``, or a root commit); its mark. ``author`` and ``committer`` are ident lines as git
+        writes them (``Name <email> seconds +hhmm``)."""
         self._marks += 1
-        head = [
-            b"commit " + SCRATCH_REF.encode(),
-            b"mark :%d" % self._marks,
-            b"author " + author,
-            b"committer " + committer,
-            b"data %d" % len(message),
+        lines = [
+            b"commit %s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n"
+            % (SCRATCH_REF.encode(), self._marks, author, committer, len(message), message)
         ]
-        lines = [b"\n".join(head) + b"\n" + message + b"\n"]
         if parent is not None and self._marks == 1:
             lines.append(b"from " + parent.encode() + b"\n")
         for change in changes:
             if isinstance(change, Put):
-                lines.append(
-                    b"M "
-                    + MODE_FILE.encode()
-                    + b" "
-                    + change.blob.encode()
-                    + b" "
-                    + _quoted(change.path)
-                    + b"\n"
-                )
+                lines.append(b"M 100644 " + change.blob.encode() + b" " + _quoted(change.path) + b"\n")
             elif isinstance(change, Remove):
                 lines.append(b"D " + _quoted(change.path) + b"\n")
             else:
@@ -193,7 +163,7 @@ class FastImport:
 
     def finish(self) -> dict[int, str]:
         """End the stream (the scratch ref deleted) and wait for the pack; commit ids by mark."""
-        self._send(b"reset " + SCRATCH_REF.encode() + b"\ndone\n")
+        self._send(_END)
         self._close()
         try:
             text = self._marks_file.read_text(encoding="ascii")
@@ -203,9 +173,8 @@ class FastImport:
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise MirrorError(f"cannot read git fast-import's marks file {self._marks_file}: {exc}") from exc
         self._marks_file.unlink(missing_ok=True)
-        # Every commit of the stream must have its id: a caller indexes by mark, and a missing one
-        # would be a bare KeyError with no word of what happened. Nothing was moved yet, so a rerun
-        # writes the same commits again.
+        # A caller indexes by mark: a missing id would be a bare KeyError. No ref moved yet, so a
+        # rerun writes the same commits again.
         missing = [mark for mark in range(1, self._marks + 1) if mark not in ids]
         if missing:
             raise MirrorError(
@@ -219,7 +188,7 @@ class FastImport:
         if self._process.returncode is not None:
             return
         with contextlib.suppress(MirrorError):
-            self._send(b"reset " + SCRATCH_REF.encode() + b"\ndone\n")
+            self._send(_END)
             self._close()
         self._marks_file.unlink(missing_ok=True)
 

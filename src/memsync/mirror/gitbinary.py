@@ -37,11 +37,10 @@ def git_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LOCATION_VARIABLES}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
-    # glibc hands the top of the heap back to the kernel whenever 128 KiB of it is free; git
-    # fast-import frees and reallocates such a block for each object it writes, and without this a
-    # batch of 1,000 commits spends two thirds of its time growing and shrinking the heap (brk) and
-    # having the pages zeroed again (benchmarks/git_write_bench.py). Keeping up to 1 MiB of free heap
-    # costs git no more memory than it already peaked at. Other C libraries ignore the variable.
+    # glibc gives the heap's top back to the kernel whenever 128 KiB of it is free, and fast-import
+    # frees and reallocates such a block per object: a batch of 1,000 commits then spends two thirds
+    # of its time in brk and zeroed pages (benchmarks/git_write_bench.py). 1 MiB of free heap costs
+    # git nothing beyond its peak. Other C libraries ignore the variable.
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 20))
     return env
 
@@ -50,10 +49,10 @@ def git_environment() -> dict[str, str]:
 def git_version() -> tuple[int, int]:
     """The installed git's (major, minor); :class:`EnvironmentProblem` if missing or too old."""
     executable = shutil.which("git")
+    needs = f"memsync needs git {MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer"
     if executable is None:
         raise EnvironmentProblem(
-            "the git binary was not found on PATH; memsync needs git "
-            f"{MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer (install it, e.g. apt-get install git)"
+            f"the git binary was not found on PATH; {needs} (install it, e.g. apt-get install git)"
         )
     try:
         output = subprocess.run(
@@ -63,15 +62,11 @@ def git_version() -> tuple[int, int]:
         raise EnvironmentProblem(
             f"{executable} --version failed ({exc}); memsync needs a working git"
         ) from None
-    match = _VERSION.search(output)
-    if match is None:
+    if (match := _VERSION.search(output)) is None:
         raise EnvironmentProblem(f"cannot read the version of {executable} from {output.strip()!r}")
-    version = (int(match.group(1)), int(match.group(2)))
+    version = (int(match[1]), int(match[2]))
     if version < MIN_GIT_VERSION:
-        raise EnvironmentProblem(
-            f"{executable} is git {version[0]}.{version[1]}; memsync needs git "
-            f"{MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer: upgrade git"
-        )
+        raise EnvironmentProblem(f"{executable} is git {version[0]}.{version[1]}; {needs}: upgrade git")
     return version
 
 
@@ -86,8 +81,8 @@ NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 def run_git(repo: Path, args: Sequence[str], *, action: str, stdin: str | None = None) -> str:
-    """Run ``git -C repo args``; its stdout, or :class:`MirrorError` naming ``action`` and git's
-    words. Bytes that are not UTF-8 (a path's) come back surrogate-escaped instead of raising."""
+    """``git -C repo args``'s stdout (non-UTF-8 bytes surrogate-escaped); :class:`MirrorError`
+    naming ``action`` and git's last words if it fails."""
     require_git()
     result = subprocess.run(
         ["git", *NO_HOOKS, "-C", str(repo), *args],

@@ -62,25 +62,23 @@ class Head:
 
 
 class GitStore:
-    """The git repository at exactly ``path`` (a working tree, or a bare repository).
+    """The git repository at exactly ``path`` (a working tree, or a bare repository); ``create`` makes
+    it first (``main`` unborn), ``action`` names the step in an error.
 
-    Opened with ``NO_SEARCH``: a path that is not itself a repository fails, rather than opening
-    whatever repository one of its parent folders belongs to (a mirror root inside someone's
-    checkout, a backup path under a repository), which memsync would then read or write. ``create``
-    makes a new one there first (``main`` unborn); ``action`` names the step in an error.
+    Opened with ``NO_SEARCH``: a path that is not itself a repository fails, rather than opening the
+    repository of a parent folder (a mirror root inside someone's checkout), which memsync would write.
     """
 
     def __init__(
         self, path: Path, *, create: Literal["worktree", "bare"] | None = None, action: str = ""
     ) -> None:
         with translated(action or f"opening the git repository at {path}"):
-            if create is not None:
-                repo = pygit2.init_repository(str(path), bare=create == "bare", initial_head="main")
+            if create is None:
+                self._repo = _open(path)
             else:
-                repo = _open(path)
-        self._repo = repo
+                self._repo = pygit2.init_repository(str(path), bare=create == "bare", initial_head="main")
         self.path = path
-        self.git_dir = Path(repo.path)
+        self.git_dir = Path(self._repo.path)
         self.objects_dir = self.git_dir / "objects"
         self.state_dir = self.git_dir / "memsync"
         self.state = State(self.state_dir)
@@ -103,8 +101,8 @@ class GitStore:
         self.close()
 
     def configure(self, settings: Mapping[str, str], info: Mapping[str, str]) -> bool:
-        """Set ``settings`` in the repository's config and make each ``.git/info/<name>`` file hold its
-        block (appended; what else the file says stays); whether anything had to be written."""
+        """Set ``settings`` in the config and append each block to its ``.git/info/<name>`` file unless
+        already there; whether anything was written."""
         wrote = False
         self.state_dir.mkdir(exist_ok=True)
         config = self.config
@@ -133,18 +131,13 @@ class GitStore:
         """The commit id ``name`` points at, or None if the ref does not exist."""
         with translated(f"reading {name}"):
             ref = self._repo.references.get(name)
-            if ref is None:
-                return None
-            return str(ref.resolve().target)
+            return None if ref is None else str(ref.resolve().target)
 
     def set_ref_if_equals(
         self, name: str, new: str, expected_old: str | None, *, message: str = "memsync"
     ) -> None:
-        """Point ``name`` at ``new`` only if it still points at ``expected_old`` (None: absent).
-
-        Atomic against other writers (libgit2 locks the ref and compares under the lock); raises
-        :class:`RefMoved` naming what it found otherwise.
-        """
+        """Point ``name`` at ``new`` only if it still points at ``expected_old`` (None: absent), atomic
+        against other writers (libgit2 compares under the ref lock); :class:`RefMoved` otherwise."""
         if not name.startswith("refs/"):
             raise MirrorError(f"refusing to update {name!r}: not a full ref name under refs/")
         try:
@@ -152,9 +145,8 @@ class GitStore:
                 self._repo.create_reference_direct(name, new, False, message=message)
                 return
             ref = self._repo.references.get(name)
-            actual = str(ref.target) if ref is not None else None
-            if ref is None or actual != expected_old:
-                raise RefMoved(name, expected_old, actual)
+            if ref is None or str(ref.target) != expected_old:
+                raise RefMoved(name, expected_old, None if ref is None else str(ref.target))
             ref.set_target(new, message)
         except pygit2.AlreadyExistsError:
             raise RefMoved(name, expected_old, self.ref_target(name)) from None
@@ -190,19 +182,15 @@ class GitStore:
             return False
 
     def refs(self, prefix: str) -> list[str]:
-        """The names of the refs under ``prefix``, sorted."""
         with translated(f"listing {prefix}"):
             return sorted(name for name in self._repo.references if name.startswith(prefix))
 
     def direct_refs(self) -> dict[str, str]:
         """``{ref name: the object id it points at}`` of every ref that is not symbolic."""
         with translated("listing refs"):
-            found = {}
-            for name in self._repo.references:
-                ref = self._repo.references[name]
-                if ref.type == pygit2.enums.ReferenceType.DIRECT:
-                    found[name] = str(ref.target)
-            return found
+            refs = self._repo.references
+            direct = pygit2.enums.ReferenceType.DIRECT
+            return {name: str(ref.target) for name in refs if (ref := refs[name]).type == direct}
 
     def detach_head(self, commit: str) -> None:
         with translated(f"pointing HEAD at {commit}"):
@@ -216,8 +204,7 @@ class GitStore:
             return None
 
     def advertised_refs(self, url: str, callbacks: pygit2.RemoteCallbacks) -> dict[str, str]:
-        """``{ref: commit}`` a remote advertises to a pusher (receive-pack's view of its refs);
-        pygit2's ``GitError`` when it cannot be reached."""
+        """``{ref: commit}`` a remote advertises to a pusher; pygit2's ``GitError`` if unreachable."""
         remote = self._repo.remotes.create_anonymous(url)
         remote.connect(callbacks=callbacks, direction=_DIRECTION_PUSH)
         return {
@@ -227,7 +214,6 @@ class GitStore:
         }
 
     def push_refs(self, url: str, specs: list[str], callbacks: pygit2.RemoteCallbacks) -> None:
-        """Push refspecs to a remote; pygit2's ``GitError`` when it fails."""
         # A remote that listed refs stays connected for fetching; pushing needs one of its own.
         self._repo.remotes.create_anonymous(url).push(specs, callbacks=callbacks)
 
@@ -263,7 +249,7 @@ class GitStore:
         return iter(walker)
 
     def tree_files(self, commit: str | None) -> dict[str, str]:
-        """``{tree path: blob id}`` of every file in ``commit``'s tree (None: the empty tree)."""
+        """``{tree path: blob id}`` of every file in ``commit``'s tree (None: none)."""
         if commit is None:
             return {}
         with translated(f"reading the tree of {commit}"):
@@ -301,13 +287,12 @@ class GitStore:
         return self._repo.config
 
     def status(self) -> dict[str, int]:
-        """``{tree path: pygit2 FileStatus flags}`` of every path that is not current (untracked
-        files one by one, ignored ones left out)."""
+        """``{tree path: FileStatus flags}`` of every path not current (untracked files one by one)."""
         with translated("reading the status of the checkout"):
             return dict(self._repo.status(untracked_files="all", ignored=False))
 
     def index(self) -> pygit2.Index:
-        """The repository's index as it is on disk now."""
+        """The index as it is on disk now."""
         with translated("reading the index"):
             index = self._repo.index
             index.read(False)
@@ -326,52 +311,38 @@ class GitStore:
         paths: list[str] | None = None,
     ) -> None:
         """libgit2's checkout of ``tree`` into the index and working tree (its errors as they come)."""
-        restored = self._restore_hollow_files(tree, None if paths is None else set(paths))
+        # libgit2 (1.9) mishandles a file that becomes a folder, or a folder that becomes a file, when
+        # the old side is already deleted from the working tree: the first fails the checkout ("null
+        # OID cannot exist": the remote renamed d to d/e.md while the user deleted d); the second is
+        # skipped without a word, the new file neither written nor indexed, and would then read as the
+        # user's deletion of it. With HEAD's old files put back first, the checkout replaces them.
+        repo, wanted = self._repo, None if paths is None else set(paths)
+        restored: dict[Path, bytes] = {}
+        if not repo.head_is_unborn and repo.workdir is not None:
+            for delta in repo.head.peel(pygit2.Tree).diff_to_tree(tree).deltas:
+                path = delta.old_file.path
+                on_disk = self.workdir / path
+                if (
+                    delta.status != pygit2.enums.DeltaStatus.DELETED
+                    or (wanted is not None and path not in wanted)
+                    or os.path.lexists(on_disk)
+                    or not _changes_kind(tree, path)
+                    or not _plain_folders(self.workdir, path)
+                ):
+                    continue
+                data = repo[delta.old_file.id].peel(pygit2.Blob).data
+                on_disk.parent.mkdir(parents=True, exist_ok=True)
+                on_disk.write_bytes(data)
+                restored[on_disk] = data
         try:
-            self._repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
+            repo.checkout_tree(tree, strategy=strategy, callbacks=callbacks, paths=paths)
         except pygit2.GitError:
             # Nothing was checked out: the files put back are deleted again, as the user left them.
-            for path, data in restored.items():
+            for on_disk, data in restored.items():
                 with contextlib.suppress(OSError):
-                    if path.read_bytes() == data:
-                        path.unlink()
+                    if on_disk.read_bytes() == data:
+                        on_disk.unlink()
             raise
-
-    def _restore_hollow_files(self, tree: pygit2.Tree, paths: set[str] | None) -> dict[Path, bytes]:
-        """Put back HEAD's files that are missing from the working tree where ``tree`` changes a file
-        into a folder or a folder into a file.
-
-        libgit2 (1.9) mishandles both when the old side is already deleted from the working tree. A
-        file that becomes a folder fails the checkout with "null OID cannot exist" (the remote
-        renamed ``d`` to ``d/e.md`` while the user deleted ``d``). A folder that becomes a file is
-        skipped without a word: the new file is neither written nor indexed, and would then read as
-        the user's deletion of it. With the old files back as HEAD has them, the checkout replaces
-        them itself. Only among ``paths`` when the checkout is limited to them; returns the files
-        written.
-        """
-        repo = self._repo
-        if repo.head_is_unborn or repo.workdir is None:
-            return {}
-        baseline = repo.head.peel(pygit2.Tree)
-        restored: dict[Path, bytes] = {}
-        for delta in baseline.diff_to_tree(tree).deltas:
-            path = delta.old_file.path
-            if delta.status != pygit2.enums.DeltaStatus.DELETED:
-                continue
-            if paths is not None and path not in paths:
-                continue
-            on_disk = self.workdir / path
-            if (
-                os.path.lexists(on_disk)
-                or not _changes_kind(tree, path)
-                or not _plain_folders(self.workdir, path)
-            ):
-                continue
-            data = repo[delta.old_file.id].peel(pygit2.Blob).data
-            on_disk.parent.mkdir(parents=True, exist_ok=True)
-            on_disk.write_bytes(data)
-            restored[on_disk] = data
-        return restored
 
     def head(self) -> Head:
         """Where HEAD is, and which git operation (rebase, merge, ...) is in progress."""
@@ -402,8 +373,8 @@ class GitStore:
     def write_flat_tree(
         self, blobs: Mapping[str, bytes], *, trees: Mapping[str, str] | None = None, base: str | None = None
     ) -> str:
-        """A one-level tree: ``base``'s entries (a commit or tree id), then ``blobs`` written as files
-        and ``trees`` (name: tree or commit id) as folders."""
+        """A one-level tree: ``base``'s entries (a commit or tree), ``blobs`` as files and ``trees``
+        (name: tree or commit id) as folders."""
         with translated("writing a tree"):
             repo = self._repo
             builder = repo.TreeBuilder(repo[base].peel(pygit2.Tree)) if base else repo.TreeBuilder()
@@ -416,8 +387,8 @@ class GitStore:
     def merge_file(
         self, base: bytes | None, ours: tuple[str, bytes], theirs: tuple[str, bytes]
     ) -> tuple[bool, bytes]:
-        """git's three-way merge of one file's contents (sides named by their labels): whether it
-        merged cleanly, and the result (with conflict markers when not)."""
+        """git's three-way merge of one file (sides named by their labels): whether it merged cleanly,
+        and the result (with conflict markers when not)."""
 
         def entry(label: str, data: bytes) -> pygit2.IndexEntry:
             return pygit2.IndexEntry(label, self._repo.create_blob(data), pygit2.enums.FileMode.BLOB)
@@ -439,9 +410,8 @@ class GitStore:
     # --- writing objects, and keeping the packs few ----------------------------------------------
 
     def edit_tree(self, tree: str, changes: Iterable[tuple[str, str | None]]) -> str:
-        """The id of ``tree`` with each ``(tree path, blob id or None to remove)`` applied in order
-        (libgit2 writes the trees). A file put where a folder was replaces the folder, and the
-        other way round, as a checkout would."""
+        """``tree`` with each ``(tree path, blob id or None to remove)`` applied in order; a file put
+        where a folder was replaces the folder, and the other way round, as a checkout would."""
         with translated(f"editing tree {tree}"):
             index = pygit2.Index()
             index.read_tree(self._repo[tree].peel(pygit2.Tree))
@@ -458,23 +428,18 @@ class GitStore:
             return str(index.write_tree(self._repo))
 
     def recommit(self, commit: str, tree: str, parents: list[str]) -> str:
-        """``commit`` again with another tree and parents; author, committer, message and its encoding
-        stay (libgit2 writes it; a signature would no longer verify, so it goes)."""
+        """``commit`` with another tree and parents; author, committer, message and encoding stay (a
+        signature would no longer verify, so it goes)."""
         with translated(f"rewriting commit {commit}"):
             old = self._repo[commit].peel(pygit2.Commit)
+            encoding = [old.message_encoding] if old.message_encoding else []
+            new_parents = [pygit2.Oid(hex=parent) for parent in parents]
             oid = self._repo.create_commit(
-                None,
-                old.author,
-                old.committer,
-                old.raw_message,
-                pygit2.Oid(hex=tree),
-                [pygit2.Oid(hex=parent) for parent in parents],
-                *([old.message_encoding] if old.message_encoding else []),
+                None, old.author, old.committer, old.raw_message, pygit2.Oid(hex=tree), new_parents, *encoding
             )
         return str(oid)
 
     def fast_import(self) -> FastImport:
-        """A ``git fast-import`` for one batch of objects (:mod:`memsync.mirror.fastimport`)."""
         # A writer killed mid-stream left its scratch ref (the caller's lock keeps out any live
         # one), and fast-import, seeing its input end early, a crash report: neither holds anything.
         with translated("clearing a killed import's scratch ref"):
@@ -488,27 +453,25 @@ class GitStore:
     def repack(self) -> bool:
         """Keep the packs few, by git's own means; True if git merged some.
 
-        Each batch of an import is one pack. Once more than :data:`GEOMETRIC_FROM` open (unsealed)
-        packs exist, ``git pack-objects --revs`` writes one pack of everything the refs, reflogs and
-        index reach beyond the tips recorded when the last pack was sealed, and the open packs go;
-        the new pack is sealed once it reaches :data:`SEALED_BYTES`. The walk covers only history
-        since the last seal, so a merge's memory does not grow with the mirror's age (``git repack
-        --geometric`` walks all of it, and so grows; benchmarks/git_write_bench.py --growth).
+        Each import batch is one pack. Past :data:`GEOMETRIC_FROM` open (unsealed) packs, ``git
+        pack-objects --revs`` writes one pack of all the refs, reflogs and index reach beyond the tips
+        recorded at the last seal, and the open packs go; a pack of :data:`SEALED_BYTES` is sealed.
+        Walking only history since the last seal keeps a merge's memory from growing with the
+        mirror's age (``git repack --geometric`` walks it all; benchmarks/git_write_bench.py --growth).
 
-        Why deleting the open packs loses nothing reachable: a sealed pack holds everything reachable
-        from its tips that earlier seals did not (it was written by this very walk), so what the
-        new pack leaves out is in a sealed pack. Without a trustworthy record (a pack sealed here
-        is gone: ``git gc`` ran) the walk starts from nothing and every pack is merged once.
+        Nothing reachable is lost: a sealed pack holds all its tips reach that earlier seals did not
+        (this very walk wrote it). Without a trustworthy record (a sealed pack is gone: ``git gc``
+        ran) the walk starts from nothing and every pack is merged once.
         """
         pack_dir = self.objects_dir / "pack"
         packs = {path.name for path in pack_dir.glob("pack-*.pack")}
         # A pack someone keeps (.keep) or a cruft pack of git gc's (.mtimes) is git's, not ours.
-        foreign = {
-            p
-            for p in packs
-            if any(pack_dir.joinpath(p).with_suffix(s).exists() for s in (".keep", ".mtimes"))
-        }
-        sealed, tips = self._packs_record()
+        foreign = {p for p in packs for s in (".keep", ".mtimes") if (pack_dir / p).with_suffix(s).exists()}
+        try:
+            record = self.state.get("packs")
+            sealed, tips = [str(p) for p in record["sealed"]], [str(t) for t in record["tips"]]
+        except (TypeError, KeyError):
+            sealed, tips = [], []
         if not set(sealed) <= packs:
             sealed, tips = [], []
         open_packs = packs - set(sealed) - foreign
@@ -527,14 +490,15 @@ class GitStore:
                 self.path, [*args, str(pack_dir / "pack")], stdin=revisions, action="merging the packs"
             ).strip()
             merged = f"pack-{name}.pack"
-            for old in sorted(open_packs if tips else packs - foreign):
-                if old != merged:
-                    _delete_pack(pack_dir / old)
+            for old in sorted((open_packs if tips else packs - foreign) - {merged}):
+                # The index first: without it no reader looks into the pack, whatever is left of it.
+                for suffix in (".idx", ".pack", ".rev", ".bitmap"):
+                    (pack_dir / old).with_suffix(suffix).unlink(missing_ok=True)
             if (pack_dir / merged).stat().st_size >= SEALED_BYTES:
                 # The reflogs' commits too: pack-objects --reflog starts from each of them, and one
                 # not in the boundary would have git walk from there down to a boundary commit.
                 sealed, tips = [*sealed, merged] if tips else [merged], self._tips(reflogs=True)
-            self._save_packs_record(sealed, tips)
+            self.state.put("packs", {"sealed": sealed, "tips": tips})
         finally:
             self.reopen()
         return True
@@ -558,29 +522,13 @@ class GitStore:
             tips = {tip for tip in tips if self.object_type(tip) is not None}
         return sorted(tips)
 
-    def _packs_record(self) -> tuple[list[str], list[str]]:
-        """The packs sealed by the last repack, and what the refs pointed at then."""
-        try:
-            record = self.state.get("packs")
-            return [str(p) for p in record["sealed"]], [str(t) for t in record["tips"]]
-        except (TypeError, KeyError):
-            return [], []
-
-    def _save_packs_record(self, sealed: list[str], tips: list[str]) -> None:
-        self.state.put("packs", {"sealed": sealed, "tips": tips})
-
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
-        """Expire reflogs and prune every object nothing reaches (content that must leave for good).
-
-        ``keep_reflog`` names a ref whose reflog survives as it is (the stash lives in its reflog).
-        """
+        """Expire reflogs and prune every object nothing reaches (content that must leave for good),
+        except ``keep_reflog``'s reflog (the stash lives in its reflog)."""
         kept_log = self.git_dir / "logs" / keep_reflog if keep_reflog else None
         kept = kept_log.read_bytes() if kept_log is not None and kept_log.exists() else None
-        run_git(
-            self.path,
-            ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"],
-            action="expiring the reflogs",
-        )
+        expire = ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"]
+        run_git(self.path, expire, action="expiring the reflogs")
         if kept_log is not None and kept is not None:
             temporary = kept_log.with_suffix(".memsync-tmp")
             temporary.write_bytes(kept)
@@ -592,13 +540,12 @@ class GitStore:
             self.reopen()
         # git gc packed everything reachable: its packs are sealed at the refs as they are now.
         packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
-        self._save_packs_record(packs, self._tips(reflogs=True))
+        self.state.put("packs", {"sealed": packs, "tips": self._tips(reflogs=True)})
 
 
 def _plain_folders(root: Path, path: str) -> bool:
-    """Whether writing ``path`` under ``root`` stays inside it: a path as memsync spells one (so no
-    ``..`` or ``.git`` part), and no existing folder on the way that is a symbolic link (the user's,
-    leading anywhere)."""
+    """Whether writing ``path`` stays inside ``root``: spelled as memsync spells paths (no ``..`` or
+    ``.git``), and no folder on the way a symbolic link (the user's, leading anywhere)."""
     try:
         decode_path(path)
     except PathEncodingError:
@@ -612,8 +559,7 @@ def _plain_folders(root: Path, path: str) -> bool:
 
 
 def _changes_kind(tree: pygit2.Tree, path: str) -> bool:
-    """Whether ``tree`` has a folder at ``path`` (a file there becomes one), or a file at one of the
-    folders above it (its folder becomes a file)."""
+    """Whether ``tree`` has a folder at ``path``, or a file where a folder above it is."""
     if path in tree and tree[path].type == pygit2.enums.ObjectType.TREE:
         return True
     parts = path.split("/")
@@ -675,62 +621,38 @@ def is_repository(path: Path) -> bool:
     return True
 
 
-def _delete_pack(pack: Path) -> None:
-    # The index first: without it no reader looks into the pack, whatever is left of it.
-    for suffix in (".idx", ".pack", ".rev", ".bitmap"):
-        pack.with_suffix(suffix).unlink(missing_ok=True)
-
-
-def process_gone(pid: int) -> bool:
-    """Whether no process has this id (one alive under another user counts as alive)."""
-    return not process_alive(pid)
-
-
 # The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
 
 
 def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
-    """Remove git's lock files in ``git_dir`` made at ``since`` or later (seconds since the epoch):
-    those a run killed after it began left. The caller knows that run is dead and that no other run
-    of its own is in ``git_dir``; an older lock is a user's git command's, and stays (git names it
-    when it is in the way). Returns what was removed."""
-    candidates = [git_dir / name for name in _GIT_LOCKS]
-    refs = git_dir / "refs"
-    if refs.is_dir():
-        candidates.extend(refs.rglob("*.lock"))
+    """Remove (and return) git's lock files in ``git_dir`` made at ``since`` or later (epoch seconds):
+    a killed run's, when the caller knows that run is dead and no other of its own is in ``git_dir``.
+    An older lock is a user's git command's, and stays (git names it when it is in the way)."""
     removed = []
-    for lock in candidates:
-        try:
-            # A second of slack: some filesystems keep whole-second (or coarser) modification times.
+    for lock in [*(git_dir / name for name in _GIT_LOCKS), *(git_dir / "refs").rglob("*.lock")]:
+        # A second of slack: some filesystems keep whole-second (or coarser) modification times.
+        with contextlib.suppress(OSError):
             if lock.stat().st_mtime >= since - 1.0:
                 lock.unlink()
                 removed.append(lock)
-        except OSError:
-            continue
     return removed
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Give ``path`` the content ``data`` whole, or leave it as it was: written beside it, then
-    renamed over it. The temporary's name is short (any file name fits beside it), per thread (no
-    two writers share one) and one git and memsync's scans ignore (:data:`TEMPORARY_PREFIX`).
-
-    ``durable``: synced before and after the rename, so that a power cut leaves the old content or
-    the new. A cache (rebuilt when it is missing or does not parse) passes False: the syncs would
-    cost every scan for nothing."""
+def replace_file(path: Path, data: bytes) -> None:
+    """Give ``path`` the content ``data`` whole, or leave it as it was, durably: written beside it,
+    then renamed over it. The temporary's name is short (any file name fits beside it), one per
+    thread, and ignored by git and memsync's scans (:data:`TEMPORARY_PREFIX`)."""
     temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
     try:
         with open(temporary, "wb") as out:
             out.write(data)
             out.flush()
-            # Durable before it is renamed over the old file: after a power cut the name holds the
-            # old content or the new, never an empty file (ext4, XFS and APFS may reorder them).
-            if durable:
-                os.fsync(out.fileno())
+            # Synced before the rename: after a power cut the name holds the old content or the new,
+            # never an empty file (ext4, XFS and APFS may reorder them).
+            os.fsync(out.fileno())
         replace_over(temporary, path)
-        if durable:
-            sync_folder(path.parent)
+        sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)  # gone already once renamed
 
@@ -743,8 +665,7 @@ def sync_folder(folder: Path) -> None:
 
 
 def _fsync(path: Path, flags: int) -> None:
-    """fsync what ``path`` names, opened with ``flags``; nothing when it is gone, or where the
-    filesystem cannot sync it (EINVAL, EBADF)."""
+    """fsync ``path`` opened with ``flags``; nothing if it is gone or cannot be synced (EINVAL, EBADF)."""
     try:
         fd = os.open(path, flags)
     except OSError:
@@ -771,9 +692,8 @@ _SYNC_EACH_UP_TO = 64
 
 
 def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
-    """Make the files at ``tree_paths`` under ``root`` (and their folders' names) durable: what a
-    checkout wrote, before its intent is removed. Gone or unreadable files are skipped: a later
-    run settles what is missing."""
+    """Make the files at ``tree_paths`` under ``root`` and their names durable: what a checkout wrote,
+    before its intent is removed. Gone or unreadable files are skipped: a later run settles them."""
     paths = sorted(set(tree_paths))
     if len(paths) > _SYNC_EACH_UP_TO and _syncfs(root):
         return
@@ -817,8 +737,8 @@ def replace_over(
     sleep: Callable[[float], None] = time.sleep,
     retry: bool = sys.platform == "win32",
 ) -> None:
-    """``os.replace(source, target)``; where a file held open cannot be replaced (Windows), tried
-    again a few times, then refused with the file named. POSIX replaces open files: one try."""
+    """``os.replace(source, target)``, tried again a few times where an open file cannot be replaced
+    (Windows), then refused with the file named. POSIX replaces open files: one try."""
     wait = REPLACE_FIRST_WAIT
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
         try:
@@ -844,6 +764,7 @@ def temporary_beside(path: Path) -> Path:
     prefix = f".{path.name}.memsync-tmp-"
     for stale in path.parent.glob(f"{prefix}*"):
         pid = stale.name.removeprefix(prefix)
-        if pid.isdigit() and not stale.is_symlink() and process_gone(int(pid)):
+        # One alive under another user counts as alive.
+        if pid.isdigit() and not stale.is_symlink() and not process_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     return path.parent / f"{prefix}{os.getpid()}"
