@@ -1,27 +1,24 @@
 """memsync's own name fold: when two names may be one file on a case- or normalization-insensitive disk.
 
-APFS and HFS+ (macOS) compare names case-insensitively and, APFS and HFS+ both, without regard to
-Unicode normalization; NTFS (Windows) and exFAT case-insensitively. Two memories whose names such a
-filesystem takes for one must get distinct spellings in the mirror (:mod:`memsync.mirror.paths`,
-rule 5). The spelling decides commit ids, so the fold that finds those names must never change:
+APFS and HFS+ (macOS) ignore case and Unicode normalization, NTFS and exFAT (Windows) case. Names such
+a filesystem takes for one get distinct spellings in the mirror (:mod:`memsync.mirror.paths`, rule 5),
+and spellings decide commit ids, so this fold must never change:
 
     fold(name) = each code point mapped to the canonical decomposition of its full case folding
                  (NFD(casefold(NFD(c)))), then combining marks put in canonical order
 
-computed from the tables of **Unicode 14.0.0**, pinned in ``folding-unicode-14.0.0.json`` beside this
-module, never from the running Python's ``unicodedata``: Python 3.12 ships Unicode 15.0, and a newer
-table folds a few more names together, which would respell them and change commit ids. The fold is a
-little coarser than any one filesystem's (it identifies everything APFS or NTFS does, and some pairs
-only one of them does), which costs at most a spelling that escapes more than it had to.
-
-Hangul syllables decompose by the fixed arithmetic of the Unicode standard (chapter 3.12), so the
-table leaves their 11,172 code points out. :func:`build_table` makes the table from ``unicodedata``;
-tests check the shipped file against it on a Python whose Unicode version is 14.0.0.
+from the tables of **Unicode 14.0.0**, pinned in ``folding-unicode-14.0.0.json`` beside this module,
+never from the running Python's ``unicodedata`` (3.12 ships Unicode 15.0, which folds a few more
+names together and would change commit ids). The fold is a little coarser than any one filesystem's,
+which costs at most a spelling that escapes more than it had to. Hangul syllables decompose by the
+arithmetic of Unicode chapter 3.12, so the table leaves them out; tests check the shipped file against
+:func:`build_table` on a Python whose Unicode version is 14.0.0.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import unicodedata
 from importlib import resources
@@ -36,8 +33,7 @@ _V_COUNT, _T_COUNT = 21, 28
 
 
 def _hangul(code: int) -> str:
-    index = code - _HANGUL_FIRST
-    lead, rest = divmod(index, _V_COUNT * _T_COUNT)
+    lead, rest = divmod(code - _HANGUL_FIRST, _V_COUNT * _T_COUNT)
     vowel, trail = divmod(rest, _T_COUNT)
     out = chr(_L_BASE + lead) + chr(_V_BASE + vowel)
     return out + chr(_T_BASE + trail) if trail else out
@@ -76,23 +72,15 @@ def fold(name: str) -> str:
     if name.isascii():
         return name.lower()  # ASCII folds to itself but for A-Z, and has no combining marks
     table, classes = _table()
-    out: list[str] = []
-    for ch in name:
-        code = ord(ch)
-        if _HANGUL_FIRST <= code <= _HANGUL_LAST:
-            out.append(_hangul(code))
-        else:
-            out.append(table.get(code, ch))
-    chars = list("".join(out))
-    # Canonical ordering: each run of combining marks sorted, stably, by combining class.
-    start = 0
-    while start < len(chars):
-        if not classes.get(ord(chars[start]), 0):
-            start += 1
-            continue
-        end = start
-        while end < len(chars) and classes.get(ord(chars[end]), 0):
-            end += 1
-        chars[start:end] = sorted(chars[start:end], key=lambda c: classes[ord(c)])
-        start = end
-    return "".join(chars)
+    chars = "".join(
+        _hangul(code) if _HANGUL_FIRST <= (code := ord(ch)) <= _HANGUL_LAST else table.get(code, ch)
+        for ch in name
+    )
+
+    # Canonical ordering: each run of combining marks sorted, stably, by combining class (a run of
+    # other characters, all class 0, keeps its order).
+    def combining(ch: str) -> int:
+        return classes.get(ord(ch), 0)
+
+    runs = itertools.groupby(chars, key=lambda ch: combining(ch) > 0)
+    return "".join("".join(sorted(run, key=combining)) for _, run in runs)

@@ -1,13 +1,11 @@
 """Imported history: one deterministic commit per memory version, written straight into packs.
 
-The commit for a version is a pure function of the versions before it (docs/design.md §2): its tree is
-the parent tree with that memory's file set, moved or removed; author and committer are the record's
-identity at ``created_at`` (whole seconds, ``+0000``); the message is a summary line and the trailers
-of :mod:`memsync.mirror.trailers`. Two fresh mirrors fed the same records, or one resumed from its
-tip after a kill, make the same commit ids.
-
-Which memory owns which file is the :class:`PathMap`; it is rebuilt from the trailers alone by
-:func:`replay`, which applies exactly the rules the writer applies (:func:`apply_change`).
+A version's commit is a pure function of the versions before it (docs/design.md §2): the parent tree
+with that memory's file set, moved or removed; author and committer the record's identity at
+``created_at`` (whole seconds, ``+0000``); a summary line and the trailers of
+:mod:`memsync.mirror.trailers`. Fresh mirrors fed the same records, or one resumed after a kill, make
+the same commit ids. :func:`replay` rebuilds the :class:`PathMap` (which memory owns which file) from
+the trailers alone, by the rules the writer applies (:func:`apply_change`).
 """
 
 from __future__ import annotations
@@ -66,16 +64,12 @@ DEFAULT_BATCH_BYTES = 32 << 20
 class VersionRecord:
     """One memory version as the engine hands it to the mirror, in import order.
 
-    ``path`` is the canonical relative memory path (None when a redacted Anthropic version lost it);
-    ``content`` the version's bytes. For a live version without ``content`` the writer reuses the
-    blob the mirror already holds for ``content_sha256`` (see ``Mirror.blob_for_sha256``); a
-    redacted version without ``content`` leaves the memory's file as it was, and with ``content``
-    (the memory's current content, same hash) writes it. ``skipped`` versions change no file and
-    are marked ``Memsync-Skipped: <skip_reason>``. ``created_at`` must be timezone-aware.
-
-    ``inferred`` (a reason token) makes a delete the API holds no version for: ``version_id`` is then
-    :func:`inferred_version_id` of the memory. ``history_truncated`` is for a mirror's first record
-    only: how many memories the first import found without their creation (versions expired before).
+    ``path`` is None when a redacted Anthropic version lost it. A live version without ``content``
+    reuses the blob the mirror holds for ``content_sha256``; a redacted one without ``content`` leaves
+    the file as it was, and with it (the memory's current content, same hash) writes it. ``skipped``
+    versions change no file. ``inferred`` (a reason token) makes a delete the API has no version for,
+    whose ``version_id`` is :func:`inferred_version_id`; ``history_truncated`` is for a mirror's first
+    record only (see :mod:`memsync.mirror.trailers`). ``created_at`` must be timezone-aware.
     """
 
     version_id: str
@@ -97,11 +91,10 @@ class VersionRecord:
 class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).
 
-    It also keeps what the spelling of a path depends on besides the path (docs/mirror.md, "Path
-    spelling"): for every folder, the files below it (a file whose path is also a folder is spelled
-    with the ``%_`` suffix), and for every folder the names of its entries by their fold (a name
-    that folds like a sibling's is spelled folded). A ``listener`` hears of every file whose
-    spelling changes as paths come and go.
+    It also keeps what a spelling depends on besides the path (docs/mirror.md, "Path spelling"): the
+    files below each folder (a file that is also a folder gets ``%_``), and each folder's entry names
+    by fold (a name that folds like a sibling's is spelled folded). A ``listener`` hears of every file
+    whose spelling changes as paths come and go.
     """
 
     def __init__(self, by_path: dict[str, str] | None = None) -> None:
@@ -160,7 +153,7 @@ class PathMap:
         return _tree_path(path, self.is_directory(path), self._folded(path, adding=True))
 
     def add(self, path: str, memory_id: str) -> None:
-        before = self._spellings(self._respelled_by(path, adding=True))
+        before = {other: self.spelling(other) for other in self._respelled_by(path, adding=True)}
         for prefix in directory_prefixes(path):
             self._dirs[prefix] = self._dirs.get(prefix, 0) + 1
         for entry in _entries(path):
@@ -171,29 +164,25 @@ class PathMap:
         self._announce(before)
 
     def remove(self, path: str) -> None:
-        before = self._spellings(self._respelled_by(path, adding=False) - {path})
+        before = {other: self.spelling(other) for other in self._respelled_by(path, adding=False) - {path}}
         memory_id = self._by_path.pop(path)
         del self._by_memory[memory_id]
         if self.listener is not None:
-            self.listener.file_removed(_tree_path(path, self.is_directory(path), self._folded(path)))
+            self.listener.file_removed(self.spelling(path))
         self._novel.discard(path)
         for prefix in directory_prefixes(path):
-            count = self._dirs[prefix] - 1
-            if count:
-                self._dirs[prefix] = count
-            else:
+            if self._dirs[prefix] == 1:
                 del self._dirs[prefix]
+            else:
+                self._dirs[prefix] -= 1
         for entry in _entries(path):
             self._count(entry, -1)
         self._announce(before)
 
     def reassign(self, path: str, memory_id: str) -> None:
-        previous = self._by_path[path]
-        del self._by_memory[previous]
+        del self._by_memory[self._by_path[path]]
         self._by_path[path] = memory_id
         self._by_memory[memory_id] = path
-
-    # --- what a spelling depends on ---------------------------------------------------------
 
     def _folded(self, path: str, *, adding: bool = False) -> tuple[int, ...]:
         """Rule 5: the indexes of ``path``'s segments spelled folded (a sibling folds like them)."""
@@ -215,15 +204,12 @@ class PathMap:
         key = (parent, fold(name))
         names = self._names.setdefault(key, {})
         before = len(names)
-        uses = names.get(name, 0) + delta
-        if uses:
-            names[name] = uses
-        else:
+        names[name] = names.get(name, 0) + delta
+        if not names[name]:
             del names[name]
-        after = len(names)
-        if not after:
+        if not names:
             del self._names[key]
-        self._collisions += (after > 1) - (before > 1)
+        self._collisions += (len(names) > 1) - (before > 1)
 
     def _respelled_by(self, path: str, *, adding: bool) -> set[str]:
         """The files whose spelling may change when ``path`` is added or removed: a file that
@@ -246,9 +232,6 @@ class PathMap:
                         below = f"{parent}/{other}" if parent else other
                         affected.update(p for p in self._by_path if p == below or p.startswith(below + "/"))
         return affected
-
-    def _spellings(self, paths: Iterable[str]) -> dict[str, str]:
-        return {path: self.spelling(path) for path in paths}
 
     def _announce(self, before: Mapping[str, str]) -> None:
         for path, old in before.items():
@@ -274,20 +257,15 @@ def _entries(path: str) -> list[str]:
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
     """What a version does to the path map; the writer and :func:`replay` both use exactly this.
 
-    A delete removes the memory's file. Otherwise, when a file was written at ``written``, the memory
-    moves there (its old file goes), and a memory that still owned ``written`` (its delete lost to
-    version retention) loses it.
+    A delete removes the memory's file. A file written at ``written`` moves the memory there (its old
+    file goes), and a memory that still owned ``written`` (its delete lost to version retention)
+    loses it.
     """
-    if operation == "deleted":
-        old = paths.path_of(memory_id)
-        if old is not None:
-            paths.remove(old)
-        return
-    if written is None:
-        return
     old = paths.path_of(memory_id)
-    if old is not None and old != written:
+    if old is not None and (operation == "deleted" or (written is not None and old != written)):
         paths.remove(old)
+    if operation == "deleted" or written is None:
+        return
     owner = paths.owner(written)
     if owner is None:
         paths.add(written, memory_id)
@@ -316,9 +294,8 @@ def _tree_path(
 
 
 class TreeChanges(list[Change]):
-    """The file changes of the commit being built. As a :class:`PathMap`'s listener it keeps the
-    tree's spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes, ``A`` ↔ ``%41``
-    as ``a`` does)."""
+    """The file changes of the commit being built; as a :class:`PathMap`'s listener it keeps the tree's
+    spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
 
     def file_removed(self, tree_path: str) -> None:
         self.append(Remove(tree_path))
@@ -356,10 +333,9 @@ class ImportTarget(Protocol):
 class HistoryWriter:
     """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
 
-    Use as a context manager (flushes on a clean exit) or call :meth:`flush`. Nothing touches the
-    working tree. Each batch streams into its own ``git fast-import`` (:mod:`memsync.mirror.fastimport`);
-    the ref moves only by compare-and-swap after that pack is complete, so a kill at any moment leaves
-    the previous checkpoint, and resuming makes the same commits again.
+    A context manager (flushes on a clean exit); nothing touches the working tree. Each batch streams
+    into its own ``git fast-import``, and the ref moves only by compare-and-swap once that pack is
+    complete, so a kill at any moment leaves the previous checkpoint and resuming makes the same commits.
     """
 
     def __init__(
@@ -386,8 +362,6 @@ class HistoryWriter:
         # With keep_ids, the id of every commit flushed, in order (a rewrite maps old ids to them).
         self.written: list[str] | None = [] if keep_ids else None
 
-    # --- the public face ---------------------------------------------------------------------
-
     @property
     def tip(self) -> str | None:
         """The ref's target as of the last flush (commits of the unflushed batch have no id yet)."""
@@ -404,18 +378,18 @@ class HistoryWriter:
         return self._stream.commits if self._stream is not None else 0
 
     def has_content(self, sha256: str) -> bool:
-        """Whether a record with this ``content_sha256`` may leave ``content`` out: the mirror or the
-        unflushed batch already holds the content. Ask before fetching a version's content."""
+        """Whether a record with this ``content_sha256`` may leave ``content`` out (the mirror or the
+        unflushed batch holds it): ask before fetching a version's content."""
         return (
             sha256 in self._new_content or self._mirror.blob_for_sha256_at(sha256, self._expected) is not None
         )
 
     def add(self, record: VersionRecord) -> None:
-        """Write the commit for ``record``. Flushes when the batch is full.
+        """Write the commit for ``record``, flushing when the batch is full.
 
-        Raises :class:`UnsafeInput` naming the version, before changing anything, for data that
-        must not be written (a hash mismatch, an impossible path, a malformed id); the engine can
-        then add the record again with ``skipped=True``.
+        :class:`UnsafeInput` naming the version, before anything changes, refuses data that must not
+        be written (a hash mismatch, an impossible path, a malformed id); the engine can then add the
+        record again with ``skipped=True``.
         """
         if self._broken:
             raise MirrorError(f"this history writer cannot continue: {self._broken}")
@@ -434,9 +408,7 @@ class HistoryWriter:
         written: str | None = None
         moved_from: str | None = None
         self._changes.clear()
-        if record.skipped:
-            pass
-        elif record.operation == "deleted":
+        if record.operation == "deleted" and not record.skipped:
             written = known
             apply_change(self._paths, record.memory_id, record.operation, None)
         elif blob is not None:
@@ -491,8 +463,7 @@ class HistoryWriter:
         return self.flush()
 
     def flush(self) -> str | None:
-        """End the batch's ``git fast-import`` (its pack complete), then move the ref by
-        compare-and-swap; the tip."""
+        """End the batch's ``git fast-import`` (its pack complete), then compare-and-swap the ref; the tip."""
         if self._broken:
             raise MirrorError(f"this history writer cannot continue: {self._broken}")
         stream, self._stream = self._stream, None
@@ -538,8 +509,6 @@ class HistoryWriter:
         elif self._stream is not None:
             self._stream.abort()
             self._stream = None
-
-    # --- internals -------------------------------------------------------------------------------
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
@@ -644,13 +613,12 @@ class RedactedCommit:
 
 @dataclass
 class HistoryFacts:
-    """What pull, status and verify need to know about the whole imported history, without a walk:
-    its first commit, that commit's ``History-Truncated`` count, and every commit of a redacted version
-    (redactions are rare, so the list stays short).
+    """What pull, status and verify need to know about the imported history without a walk: its root,
+    the root's ``History-Truncated`` count, and every commit of a redacted version (rare, so few).
 
     Cached in ``.git/memsync/history-facts.json`` at a tip; the writer extends it batch by batch from
-    the records it writes (no message is parsed again), and a reader whose cache is missing or stale
-    extends it by walking only the commits since the cached tip, or the whole history after a rewrite.
+    its records, and a reader whose cache is stale walks only the commits since the cached tip (all of
+    them after a rewrite).
     """
 
     root: str | None = None

@@ -1,10 +1,8 @@
 """Cached path spellings for the push engine, which spells every path of a tree on every cycle.
 
 :func:`memsync.mirror.paths.decode_path` checks a spelling by encoding the result again: about 0.1 ms
-a path, which made a third of a cycle over 1,000 memories. Spellings are pure functions of their
-input, and consecutive trees share almost all their paths, so a process-wide cache (the daemon lives
-long) turns that into dictionary lookups. A path that fails to decode raises every time (exceptions
-are not cached).
+a path, a third of a cycle over 1,000 memories. Spellings are pure and consecutive trees share almost
+all their paths, so a process-wide cache makes that dictionary lookups. Exceptions are not cached.
 """
 
 from __future__ import annotations
@@ -19,19 +17,16 @@ _CACHE_SIZE = 1 << 16
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def decoded(tree_path: str) -> str:
-    """:func:`~memsync.mirror.paths.decode_path`, cached."""
     return decode_path(tree_path)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def encoded(memory_path: str, directory_sibling: bool = False, folded: tuple[int, ...] = ()) -> str:
-    """:func:`~memsync.mirror.paths.encode_path`, cached."""
     return encode_path(memory_path, directory_sibling=directory_sibling, folded=folded)
 
 
 def spell_all(memory_paths: Iterable[str]) -> dict[str, str]:
-    """:func:`~memsync.mirror.paths.encode_paths` (the ``%_`` suffix and folded segments decided for
-    the whole set), cached."""
+    """:func:`~memsync.mirror.paths.encode_paths` (``%_`` and folding decided for the whole set), cached."""
     paths = list(memory_paths)
     directories = {prefix for path in paths for prefix in directory_prefixes(path)}
     folded = folded_segments(paths)

@@ -16,18 +16,15 @@ Format 1, exactly (the trailers appear in this order; optional ones are left out
     History-Truncated: 3
     Memsync-Format: 1
 
-``Memory-Path`` is present when the commit sets or removes the memory's file (it is the path after a
-move); ``Content-SHA256`` when the API gave a hash or content was written; ``Created-At`` is the
-version's exact creation time (the commit dates keep whole seconds); ``Redacted`` when the version
-is redacted; ``Memsync-Skipped`` (a reason token) when the engine skipped the version, which then
-changes no file. ``Memsync-Inferred`` (a reason token) marks a delete the API has no version for:
-memsync inferred it from the memory listing, and ``Memory-Version`` is then ``inferred:<memory id>``.
-``History-Truncated`` (a count, at least 1) is on a mirror's first commit only, when the first import
-found that many memories whose listed history begins after their creation: versions before it expired.
-Mirrors that need neither trailer keep their commit ids. Paths are C-quoted when they need it (see
-:func:`quote_for_message`), so no path can add a line. Reading takes only the last paragraph and
-refuses unknown names, repeats, malformed values and any ``Memsync-Format`` but 1 and 2 (2: the tree
-spells a path by a rule format 1 did not have; see ``FORMAT`` below).
+``Memory-Path`` is the file the commit sets or removes (after a move); ``Content-SHA256`` is there when
+the API gave a hash or content was written; ``Created-At`` is the exact creation time (commit dates
+keep whole seconds); ``Memsync-Skipped`` (a reason token) marks a version the engine skipped, which
+changes no file; ``Memsync-Inferred`` (a reason token) a delete memsync inferred from the listing, whose
+``Memory-Version`` is ``inferred:<memory id>``; ``History-Truncated`` (a count) is on a mirror's first
+commit only, when that many memories had versions expired before the first import. Mirrors that need
+neither trailer keep their commit ids. Paths are C-quoted (:func:`quote_for_message`), so no path can
+add a line. Reading takes only the last paragraph and refuses unknown names, repeats, malformed values
+and any ``Memsync-Format`` but 1 and 2 (see ``FORMAT``).
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ from memsync.mirror.errors import FormatError, PathEncodingError
 from memsync.mirror.paths import check_memory_path, quote_for_message, unquote_from_message
 
 # Format 2 is format 1 for a tree that spells a path by the rules added for case-insensitive and
-# Windows filesystems (docs/mirror.md, "Path spelling"); a tree without such paths stays format 1, so
-# its commit ids did not change. A memsync that reads format 1 only refuses format 2 commits, which
-# it would misread.
+# Windows filesystems (docs/mirror.md, "Path spelling"); other trees stay format 1, keeping their commit
+# ids, and a memsync that reads format 1 only refuses format 2 commits instead of misreading them.
 FORMAT = 1
 FORMATS = (1, 2)
 Operation = Literal["created", "updated", "deleted"]
@@ -73,7 +69,6 @@ _LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
 _COUNT_PATTERN = re.compile(r"[1-9][0-9]{0,9}")
 # The prefix of the Memory-Version of an inferred delete: no API's version id has a colon.
 INFERRED_PREFIX = "inferred:"
-_FORMAT_LINE = f"Memsync-Format: {FORMAT}"
 _FORMAT_NAMES = tuple(str(number) for number in FORMATS)
 
 
@@ -127,27 +122,21 @@ def parse_time(text: str) -> datetime:
 
 def format_trailers(trailers: Trailers) -> str:
     """The trailer paragraph (lines joined by newlines, no trailing newline), in :data:`ORDER`."""
-    # Built line by line in ORDER's order (once per imported version: no dictionary, no lookups).
-    lines = [
-        f"Memory-Id: {trailers.memory_id}",
-        f"Memory-Version: {trailers.version_id}",
-        f"Operation: {trailers.operation}",
-    ]
-    if trailers.memory_path is not None:
-        lines.append(f"Memory-Path: {quote_for_message(trailers.memory_path)}")
-    if trailers.content_sha256 is not None:
-        lines.append(f"Content-SHA256: {trailers.content_sha256}")
-    lines.append(f"Created-At: {format_time(trailers.created_at)}")
-    if trailers.redacted:
-        lines.append("Redacted: true")
-    if trailers.skipped is not None:
-        lines.append(f"Memsync-Skipped: {trailers.skipped}")
-    if trailers.inferred is not None:
-        lines.append(f"Memsync-Inferred: {trailers.inferred}")
-    if trailers.history_truncated is not None:
-        lines.append(f"History-Truncated: {trailers.history_truncated}")
-    lines.append(_FORMAT_LINE if trailers.format == FORMAT else f"Memsync-Format: {trailers.format}")
-    return "\n".join(lines)
+    path = trailers.memory_path
+    lines = (
+        ("Memory-Id", trailers.memory_id),
+        ("Memory-Version", trailers.version_id),
+        ("Operation", trailers.operation),
+        ("Memory-Path", None if path is None else quote_for_message(path)),
+        ("Content-SHA256", trailers.content_sha256),
+        ("Created-At", format_time(trailers.created_at)),
+        ("Redacted", "true" if trailers.redacted else None),
+        ("Memsync-Skipped", trailers.skipped),
+        ("Memsync-Inferred", trailers.inferred),
+        ("History-Truncated", trailers.history_truncated),
+        ("Memsync-Format", trailers.format),
+    )
+    return "\n".join(f"{name}: {value}" for name, value in lines if value is not None)
 
 
 def format_message(summary: str, trailers: Trailers) -> str:
