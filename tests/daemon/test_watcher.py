@@ -132,7 +132,8 @@ def test_git_dir_temporaries_and_ignored_files_are_ignored(
 ) -> None:
     _, checkout, recorder, _ = watched
     (checkout / ".git" / "scratch").write_text("not a memory\n")
-    (checkout / ".git" / "info" / "exclude").open("a").write("*.log\n")
+    with (checkout / ".git" / "info" / "exclude").open("a") as exclude:
+        exclude.write("*.log\n")
     (checkout / "notes" / ".a.md.swp").write_text("vim swap\n")
     (checkout / "b.md~").write_text("emacs backup\n")
     (checkout / ".#b.md").write_text("emacs lock\n")
