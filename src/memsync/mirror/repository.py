@@ -199,6 +199,9 @@ class Mirror:
             mirror.close()
             raise
         mirror._ensure_layout()
+        # Reopened when next asked: an SQLite connection costs ~110 KiB of memory (its lookaside and
+        # pages), and the daemon's watcher holds a mirror open per store without using its state.
+        mirror.git.state.close()
         return mirror
 
     def close(self) -> None:

@@ -225,8 +225,10 @@ def pull_store(
     report = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
     before = client.request_count
     try:
-        with contextlib.nullcontext() if locked else store_lock(root, store.id):
-            mirror = open_mirror(root, store.id)
+        with (
+            contextlib.nullcontext() if locked else store_lock(root, store.id),
+            open_mirror(root, store.id) as mirror,
+        ):
             _follow_origin(mirror, client, report)
             first_import = mirror.tip() is None
             if checkout:
