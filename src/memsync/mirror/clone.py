@@ -48,42 +48,38 @@ class Clone:
         return tip
 
     def discard_local(self, *, files: bool = True) -> None:
-        """Put the private mirror back at its imported history (see :func:`_discard_local`)."""
-        _discard_local(self.mirror, files=files)
+        """Put the private mirror back at its imported history: open conflicts ended, ``main``, the
+        base and the index at ``memstore/main``, and (``files``; not when :func:`_stage` follows)
+        the working tree holding its files. The clone holds the user's work and merges there, so the
+        private mirror keeps no edit or conflict of its own that would refuse every later push.
+        """
+        mirror = self.mirror
+        with Mirror.open(mirror) as repo:
+            for record in repo.conflicts.open().values():
+                repo.conflicts.end(record, resolution="discarded: the clone that pushed merges it")
+            tip = repo.tip()
+            for ref in (MAIN_REF, BASE_REF):
+                current = repo.git.ref_target(ref)
+                if tip is None and current is not None:
+                    repo.git.delete_ref_if_equals(ref, current)
+                elif tip is not None and current != tip:
+                    repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
+            if tip is not None:
+                if files:
+                    _stage(mirror / ".git", tip, mirror)
+                align_index(repo, tip)
+                return
+            if files:
+                _clear_worktree(mirror)
+            index = repo.git.index()
+            with translated("resetting the index"):
+                index.clear()
+                index.write()
 
     def stage(self, commit: str) -> list[str]:
         """Make the private mirror's working tree hold exactly the files of the clone's ``commit``
         (see :func:`_stage`)."""
         return _stage(self.git_dir, commit, self.mirror)
-
-
-def _discard_local(mirror: Path, *, files: bool = True) -> None:
-    """Put the mirror at ``mirror`` back at its imported history: open conflicts ended, ``main``, the
-    base and the index at ``memstore/main``, and (``files``; not when :func:`_stage` follows)
-    the working tree holding its files. The clone holds the user's work and merges there, so the
-    private mirror keeps no edit or conflict of its own that would refuse every later push.
-    """
-    with Mirror.open(mirror) as repo:
-        for record in repo.conflicts.open().values():
-            repo.conflicts.end(record, resolution="discarded: the clone that pushed merges it")
-        tip = repo.tip()
-        for ref in (MAIN_REF, BASE_REF):
-            current = repo.git.ref_target(ref)
-            if tip is None and current is not None:
-                repo.git.delete_ref_if_equals(ref, current)
-            elif tip is not None and current != tip:
-                repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
-        if tip is not None:
-            if files:
-                _stage(mirror / ".git", tip, mirror)
-            align_index(repo, tip)
-            return
-        if files:
-            _clear_worktree(mirror)
-        index = repo.git.index()
-        with translated("resetting the index"):
-            index.clear()
-            index.write()
 
 
 def _clear_worktree(mirror: Path) -> None:
