@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from memsync.api import Client, Operation, Store, open_client
-from memsync.mirror import ImportedCommit
+from memsync.mirror.backups import ImportedCommit
 from memsync.rules import Dialect
 from memsync.sync.verify import RETENTION, Held, Listed, find_differences
 from tests.backup.helpers import git, memsync, stores_json, write_config

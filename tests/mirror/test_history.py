@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import MirrorError, UnsafeInput
-from memsync.mirror import FormatError, Mirror, RefMoved, VersionRecord, gitstore
+from memsync.mirror import Mirror, VersionRecord, gitstore
+from memsync.mirror.errors import FormatError, RefMoved
 from memsync.mirror.fastimport import SCRATCH_REF, Move
 from memsync.mirror.gitstore import GEOMETRIC_FROM
 from memsync.mirror.history import DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from memsync.errors import UnsafeInput
-from memsync.mirror import FormatError, Mirror, Rewriter, VersionRecord, inferred_version_id
+from memsync.mirror import Mirror, Rewriter, VersionRecord, inferred_version_id
+from memsync.mirror.errors import FormatError
 from memsync.mirror.history import HistoryFacts, RedactedCommit
 from memsync.mirror.trailers import Trailers, format_message, parse_message
 from tests.mirror.oracle import T0, fsck, git, record

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsync.mirror import PathEncodingError, decode_path, encode_path, encode_paths, escape_for_terminal
+from memsync.mirror import decode_path, encode_path, encode_paths, escape_for_terminal
+from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.paths import (
     HFS_IGNORABLE,
     NAME_MAX,

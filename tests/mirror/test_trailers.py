@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from memsync.mirror import FormatError
+from memsync.mirror.errors import FormatError
 from memsync.mirror.trailers import Trailers, format_message, format_time, parse_message, parse_time
 
 GOOD = (

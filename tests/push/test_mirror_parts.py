@@ -14,16 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.errors import MirrorError
-from memsync.mirror import (
-    CheckoutChange,
-    Merger,
-    Mirror,
-    SnapshotEntry,
-    Snapshots,
-    WorktreeChanged,
-    reset_main,
-)
+from memsync.mirror import Merger, Mirror, Snapshots, reset_main
 from memsync.mirror.conflicts import ref_name, whole_file_markers
+from memsync.mirror.snapshots import SnapshotEntry
+from memsync.mirror.worktree import CheckoutChange, WorktreeChanged
 from memsync.rules import MAX_CONTENT_BYTES, Dialect
 from tests.mirror.oracle import fsck, git, record
 

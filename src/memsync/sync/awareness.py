@@ -42,15 +42,8 @@ from memsync.errors import (
     UsageError,
     UserError,
 )
-from memsync.mirror import (
-    Mirror,
-    StoreCommit,
-    View,
-    ViewCommit,
-    decode_path,
-    encode_path,
-    escape_for_terminal,
-)
+from memsync.mirror import Mirror, View, decode_path, encode_path, escape_for_terminal
+from memsync.mirror.view import StoreCommit, ViewCommit
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 from memsync.sync.outputs import AwarenessDocument, MountsDocument, ViewOutput

@@ -32,7 +32,8 @@ from memsync.errors import (
     storage_fault,
     storage_fault_hint,
 )
-from memsync.mirror import BackupTarget, Mirror, PushResult
+from memsync.mirror import BackupTarget, Mirror
+from memsync.mirror.backups import PushResult
 from memsync.sync.fleet import for_each_store
 from memsync.sync.outputs import BackupOutput
 from memsync.sync.pull import PullReport, mirror_path, pull_store, store_lock

@@ -71,8 +71,6 @@ from memsync.engine.importing import (
 from memsync.engine.spool import ReverseSpool
 from memsync.errors import ConfigError, MemsyncError, UnsafeInput, storage_fault
 from memsync.mirror import (
-    HistoryWriter,
-    ImportedVersion,
     Mirror,
     Origin,
     Rewriter,
@@ -81,6 +79,8 @@ from memsync.mirror import (
     escape_for_terminal,
     inferred_version_id,
 )
+from memsync.mirror.history import HistoryWriter
+from memsync.mirror.repository import ImportedVersion
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 from memsync.sync.outputs import PullOutput

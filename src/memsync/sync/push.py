@@ -62,19 +62,11 @@ from memsync.engine.reconcile import (
     plan,
 )
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
-from memsync.mirror import (
-    CheckoutChange,
-    ConflictRecord,
-    Merger,
-    Mirror,
-    SnapshotEntry,
-    Snapshots,
-    WorktreeChanged,
-    WorktreeScan,
-    main_rewind,
-    reset_main,
-)
+from memsync.mirror import Merger, Mirror, Snapshots, main_rewind, reset_main
 from memsync.mirror import encode_path as _encode_path
+from memsync.mirror.conflicts import ConflictRecord
+from memsync.mirror.snapshots import SnapshotEntry
+from memsync.mirror.worktree import CheckoutChange, WorktreeChanged, WorktreeScan
 from memsync.sync.outputs import PushOutput
 from memsync.sync.pull import mirror_path
 from memsync.sync.report import StoreReport

@@ -21,16 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memsync.errors import MemsyncError, RuleViolation, UsageError, UserError
-from memsync.mirror import (
-    NOT_REGULAR,
-    CheckoutChange,
-    ConflictRecord,
-    Mirror,
-    SnapshotEntry,
-    Snapshots,
-    decode_path,
-    escape_for_terminal,
-)
+from memsync.mirror import Mirror, Snapshots, decode_path, escape_for_terminal
+from memsync.mirror.conflicts import ConflictRecord
+from memsync.mirror.snapshots import SnapshotEntry
+from memsync.mirror.worktree import NOT_REGULAR, CheckoutChange
 from memsync.rules import Dialect, decode_content
 from memsync.sync.outputs import ResolveOutput
 from memsync.sync.pull import store_lock

@@ -16,13 +16,9 @@ from typing import Any
 
 from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, UsageError
-from memsync.mirror import (
-    ConflictRecord,
-    Mirror,
-    Snapshots,
-    pushed_refs,
-)
+from memsync.mirror import Mirror, Snapshots, pushed_refs
 from memsync.mirror import encode_path as _encode_path
+from memsync.mirror.conflicts import ConflictRecord
 from memsync.rules import Dialect
 from memsync.sync.outputs import StatusOutput
 from memsync.sync.push import (

@@ -49,7 +49,8 @@ from typing import Any
 
 from memsync.api import Client, MemoryVersion, Store
 from memsync.errors import EXIT_DRIFT, EXIT_USAGE, MemsyncError
-from memsync.mirror import BackupRepository, ImportedCommit, escape_for_terminal
+from memsync.mirror import BackupRepository, escape_for_terminal
+from memsync.mirror.backups import ImportedCommit
 from memsync.rules import Dialect
 from memsync.sync.outputs import VerifyOutput
 from memsync.sync.pull import mirror_path, store_lock
