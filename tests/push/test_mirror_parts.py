@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.errors import MirrorError
-from memsync.mirror import Merger, Mirror, Snapshots, reset_main
+from memsync.mirror import Merger, Mirror, Snapshots
 from memsync.mirror.conflicts import ref_name, whole_file_markers
 from memsync.mirror.snapshots import SnapshotEntry
 from memsync.mirror.worktree import CheckoutChange, WorktreeChanged
@@ -303,10 +303,10 @@ def test_reset_main_keeps_local_commits(mirror: Mirror) -> None:
     assert tip is not None
     from datetime import UTC, datetime
 
-    kept = reset_main(mirror, tip, when=datetime(2026, 5, 1, tzinfo=UTC))
+    kept = mirror.reset_main(tip, when=datetime(2026, 5, 1, tzinfo=UTC))
     assert kept == f"refs/memsync/pushed/20260501T000000Z-{local[:12]}"
     assert git(root, "rev-parse", kept).strip() == local
     assert git(root, "rev-parse", "main").strip() == tip
     assert git(root, "status", "--porcelain") == ""
     # Nothing to keep when main is behind the tip.
-    assert reset_main(mirror, tip, when=datetime(2026, 5, 2, tzinfo=UTC)) is None
+    assert mirror.reset_main(tip, when=datetime(2026, 5, 2, tzinfo=UTC)) is None

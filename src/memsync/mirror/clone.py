@@ -13,7 +13,6 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from memsync.mirror.branch import align_index
 from memsync.mirror.errors import translated
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.gitstore import GitStore
@@ -67,7 +66,7 @@ class Clone:
             if tip is not None:
                 if files:
                     _stage(mirror / ".git", tip, mirror)
-                align_index(repo, tip)
+                repo.align_index(tip)
                 return
             if files:
                 _clear_worktree(mirror)

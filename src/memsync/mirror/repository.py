@@ -18,6 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pygit2
+from pygit2.enums import FileMode
+
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
 from memsync.mirror.checkout import (
@@ -52,6 +55,7 @@ from memsync.mirror.trailers import Operation, Trailers, parse_message
 from memsync.mirror.worktree import Worktree
 
 MIRROR_FORMAT = "1"
+PUSHED_PREFIX = "refs/memsync/pushed/"
 
 # git reads this as the memstore remote's location: /dev/null is not a directory, so nothing can
 # ever exist there, and git's refusal quotes the URL, which tells the user what to do instead.
@@ -403,6 +407,60 @@ class Mirror:
     def read_metadata(self, commit: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """``(store document or None, {memory id: document})`` of the metadata branch."""
         return read_metadata(self.git, commit)
+
+    # --- main after a push -------------------------------------------------------------------------
+
+    def reset_main(self, tip: str, *, when: datetime) -> str | None:
+        """Point ``main`` and the index at the imported ``tip`` once a push is imported; local commits
+        the tip lacks are kept first under ``refs/memsync/pushed/<UTC time>-<commit>`` (that ref, or None).
+        """
+        old = self.main()
+        kept: str | None = None
+        if old is not None and old != tip and not self.git.is_ancestor(old, tip):
+            kept = f"{PUSHED_PREFIX}{when.strftime('%Y%m%dT%H%M%SZ')}-{old[:12]}"
+            if self.git.ref_target(kept) != old:
+                self.git.set_ref_if_equals(kept, old, None, message="memsync: local commits pushed")
+        self.align_index(tip)
+        if old != tip:
+            self.git.set_ref_if_equals(self.MAIN_REF, tip, old, message="memsync: reset to the pushed tip")
+        return kept
+
+    def pushed_refs(self) -> list[str]:
+        """The refs keeping earlier ``main`` tips, oldest first."""
+        return self.git.refs(PUSHED_PREFIX)
+
+    def align_index(self, commit: str) -> None:
+        """Make the index hold ``commit``'s tree. Entries of files the checkout holds as the commit has
+        them get fresh stat data, so ``git status`` stays fast and shows exactly the files still local.
+        """
+        wanted = self.git.tree_files(commit)
+        index = self.git.index()
+        with translated("reading the index"):
+            conflicted = index.conflicts is not None
+            current = {} if conflicted else {entry.path: str(entry.id) for entry in index}
+        stale = current.keys() - wanted.keys()
+        fresh = [(path, blob) for path, blob in wanted.items() if current.get(path) != blob]
+        if not (conflicted or stale or fresh):
+            return
+        with translated("updating the index"):
+            if conflicted:  # read_tree drops the conflict entries
+                index.read_tree(self.git.tree(commit))
+            for path in stale:
+                index.remove(path)
+            for path, blob in fresh:
+                if self.worktree.blob(path) == blob:
+                    index.add(path)  # reads the file: the entry gets its stat data
+                else:
+                    index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=blob), FileMode.BLOB))
+        try:
+            index.write()
+        except (pygit2.GitError, OSError) as exc:
+            if (self.git_dir / "index.lock").exists():
+                raise MirrorError(
+                    f"cannot update the index of {self.path}: git is working there (.git/index.lock exists);"
+                    " run again when it is done"
+                ) from exc
+            raise MirrorError(f"writing the index of {self.path}: {exc}") from exc
 
 
 def _replace_old_exclude_block(target: Path) -> bool:

@@ -62,7 +62,7 @@ from memsync.engine.reconcile import (
     plan,
 )
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
-from memsync.mirror import Merger, Mirror, Snapshots, main_rewind, reset_main
+from memsync.mirror import Merger, Mirror, Snapshots, main_rewind
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
 from memsync.mirror.snapshots import SnapshotEntry
@@ -576,7 +576,7 @@ class _Execution:
         keep_main = any(n.kind is NoticeKind.REVERT_WITHHELD for n in current.notices)
         if tip is not None and not keep_main:
             self.mirror.worktree.wait_for_index_lock()
-            self.report.kept_commits = reset_main(self.mirror, tip, when=now) or self.report.kept_commits
+            self.report.kept_commits = self.mirror.reset_main(tip, when=now) or self.report.kept_commits
         # What waits for the user is the state after the last round, not a sum over rounds.
         self.report.rejected, self.report.withheld, self.report.conflicts = [], [], []
         report_notices(self.mirror, self.report, current, scan)

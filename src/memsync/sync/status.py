@@ -16,7 +16,7 @@ from typing import Any
 
 from memsync.engine.reconcile import Conflict, Create, Delete, Merge, Rename, Update, plan
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, UsageError
-from memsync.mirror import Mirror, Snapshots, pushed_refs
+from memsync.mirror import Mirror, Snapshots
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
 from memsync.rules import Dialect
@@ -183,7 +183,7 @@ def _report_conflicts(
                 "recorded_at": record.recorded_at.isoformat().replace("+00:00", "Z"),
             }
         )
-    report.kept_commits = pushed_refs(mirror)
+    report.kept_commits = mirror.pushed_refs()
 
 
 def conflict_paths(checkout: Path) -> list[str]:
