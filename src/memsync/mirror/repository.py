@@ -124,8 +124,7 @@ class ImportedVersion:
 class Mirror:
     """The git repository of one memory store. Create with :meth:`init`, reopen with :meth:`open`.
 
-    Its verbs are the imported history, paths, checkout and metadata; git plumbing (refs, trees,
-    blobs, the index) is asked of the :class:`GitStore` it holds as ``git``, as views and backups do.
+    Git plumbing (refs, trees, blobs, the index) is asked of the :class:`GitStore` it holds as ``git``.
     """
 
     MEMSTORE_REF = MEMSTORE_REF
@@ -220,10 +219,8 @@ class Mirror:
     def _ensure_layout(self) -> None:
         """Apply the configuration and helper files; idempotent, so every open does it.
 
-        A full check is half of what opening a mirror costs (and a cycle opens one three times), so
-        it is skipped while the files it checks match the state's ``layout`` note (their device,
-        inode, size and mtime, and the layout's digest): a ``git config`` run, an edited exclude
-        file, a moved mirror or a memsync with another layout all make the next open check in full.
+        A full check is half of what opening a mirror costs, so it is skipped while the files it
+        checks match the state's ``layout`` note (their stat data and the layout's digest).
         """
         fingerprint = self._layout_fingerprint()
         if fingerprint is not None and self.git.state.get("layout") == fingerprint:
