@@ -77,7 +77,6 @@ def run_git(repo: Path, args: Sequence[str], *, action: str, stdin: str | None =
         input=stdin,
         text=True,
         errors="surrogateescape",
-        check=False,
         env=git_environment(),
     )
     if result.returncode != 0:

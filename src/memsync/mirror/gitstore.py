@@ -43,6 +43,19 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
 # daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
 TEMPORARY_PREFIX = ".#memsync-"
+# The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
+# Windows flushes a file only through a handle that may write to it; POSIX through any.
+_SYNC_FILE_FLAGS = (
+    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+# Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
+_SYNC_EACH_UP_TO = 64
+# On Windows a file another program holds open (an editor, a virus scanner) cannot be replaced until it
+# lets go, usually within moments: a few tries, 50 ms apart and doubling.
+REPLACE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +169,7 @@ class GitStore:
 
     def delete_ref_if_equals(self, name: str, expected_old: str) -> None:
         """Delete ``name`` only if it points at ``expected_old``; :class:`RefMoved` otherwise."""
-        actual = self.ref_target(name)
-        if actual != expected_old:
+        if (actual := self.ref_target(name)) != expected_old:
             raise RefMoved(name, expected_old, actual)
         # git update-ref compares under the ref lock; pygit2's delete cannot.
         try:
@@ -231,10 +243,8 @@ class GitStore:
         self, tip: str, *, since: str | None = None, oldest_first: bool = False
     ) -> Iterator[pygit2.Commit]:
         """The commits of ``tip`` not reachable from ``since``, newest first (or oldest first)."""
-        order = pygit2.enums.SortMode.TOPOLOGICAL
-        if oldest_first:
-            order |= pygit2.enums.SortMode.REVERSE
-        walker = self._repo.walk(tip, order)
+        sort = pygit2.enums.SortMode
+        walker = self._repo.walk(tip, sort.TOPOLOGICAL | (sort.REVERSE if oldest_first else sort.NONE))
         if since is not None:
             walker.hide(since)
         return iter(walker)
@@ -578,10 +588,6 @@ def is_repository(path: Path) -> bool:
     return True
 
 
-# The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
-_GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
-
-
 def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
     """Remove (and return) git's lock files in ``git_dir`` made at ``since`` or later: a dead run's, the
     caller knows. An older lock is a user's git command's, and stays (git names it when in the way)."""
@@ -634,18 +640,6 @@ def _fsync(path: Path, flags: int) -> None:
         os.close(fd)
 
 
-# Windows flushes a file only through a handle that may write to it; POSIX through any.
-_SYNC_FILE_FLAGS = (
-    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_BINARY", 0)
-)
-
-
-# Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
-_SYNC_EACH_UP_TO = 64
-
-
 def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
     """Make the files at ``tree_paths`` under ``root`` and their names durable: what a checkout wrote,
     before its intent is removed. Gone or unreadable files are skipped: a later run settles them."""
@@ -676,11 +670,6 @@ def _syncfs(root: Path) -> bool:
         return bool(libc.syncfs(fd) == 0)
     finally:
         os.close(fd)
-
-
-# On Windows a file another program holds open (an editor, a virus scanner) cannot be replaced until it
-# lets go, usually within moments: a few tries, 50 ms apart and doubling.
-REPLACE_ATTEMPTS = 5
 
 
 def replace_over(
