@@ -40,8 +40,7 @@ SEALED_BYTES = 4 << 20
 PACK_OBJECTS = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "pack-objects"]
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
-# daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
+# Matches the ".#*" line of memsync.mirror.ignores: git, scans and the watcher ignore memsync's temporaries.
 TEMPORARY_PREFIX = ".#memsync-"
 # The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
@@ -53,8 +52,7 @@ _SYNC_FILE_FLAGS = (
 )
 # Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
 _SYNC_EACH_UP_TO = 64
-# On Windows a file another program holds open (an editor, a virus scanner) cannot be replaced until it
-# lets go, usually within moments: a few tries, 50 ms apart and doubling.
+# Windows cannot replace a file another program holds open (an editor, a virus scanner) until it lets go.
 REPLACE_ATTEMPTS = 5
 
 
@@ -70,9 +68,7 @@ class Head:
 
 class GitStore:
     """The git repository at exactly ``path`` (a working tree, or bare); ``create`` makes it first.
-
-    ``NO_SEARCH``: never a parent folder's repository (a mirror inside someone's checkout) instead.
-    """
+    Never a parent folder's (``NO_SEARCH``): memsync would write someone's checkout around a mirror."""
 
     def __init__(
         self, path: Path, *, create: Literal["worktree", "bare"] | None = None, action: str = ""
@@ -412,8 +408,7 @@ class GitStore:
             return str(index.write_tree(self._repo))
 
     def recommit(self, commit: str, tree: str, parents: list[str]) -> str:
-        """``commit`` with another tree and parents; author, committer, message and encoding stay (a
-        signature would no longer verify, so it goes)."""
+        """``commit`` with another tree and parents, and no signature (it would no longer verify)."""
         with translated(f"rewriting commit {commit}"):
             old = self._repo[commit].peel(pygit2.Commit)
             encoding = [old.message_encoding] if old.message_encoding else []
@@ -423,8 +418,7 @@ class GitStore:
         return str(oid)
 
     def fast_import(self) -> FastImport:
-        # A writer killed mid-stream left its scratch ref (the caller's lock keeps out any live
-        # one), and fast-import, seeing its input end early, a crash report: neither holds anything.
+        # What a killed writer left (the caller's lock keeps out live ones): its scratch ref, a crash report.
         with translated("clearing a killed import's scratch ref"):
             if self._repo.references.get(SCRATCH_REF) is not None:
                 self._repo.references.delete(SCRATCH_REF)
@@ -470,8 +464,7 @@ class GitStore:
                 for suffix in (".idx", ".pack", ".rev", ".bitmap"):
                     (pack_dir / old).with_suffix(suffix).unlink(missing_ok=True)
             if (pack_dir / merged).stat().st_size >= SEALED_BYTES:
-                # The reflogs' commits too: pack-objects --reflog starts from each of them, and one
-                # not in the boundary would have git walk from there down to a boundary commit.
+                # The reflogs' commits too, or pack-objects --reflog would walk from each to the boundary.
                 sealed, tips = [*sealed, merged] if tips else [merged], self._tips(reflogs=True)
             self.state.put("packs", {"sealed": sealed, "tips": tips})
         return True
@@ -513,8 +506,7 @@ class GitStore:
 
 
 def _plain_folders(root: Path, path: str) -> bool:
-    """Whether writing ``path`` stays inside ``root``: spelled as memsync spells paths (no ``..`` or
-    ``.git``), and no folder on the way a symbolic link (the user's, leading anywhere)."""
+    """Whether writing ``path`` stays inside ``root``: a valid memory path, no symbolic link on the way."""
     try:
         decode_path(path)
     except PathEncodingError:
@@ -550,8 +542,7 @@ def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
 
 
 def blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
-    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there (the ``%_``
-    suffix, a folded segment, or a spelling of Memsync-Format 1)."""
+    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there (``segment_spellings``)."""
     segments = memory_path.split("/")
     folders = [tree]
     for segment in segments[:-1]:
@@ -609,8 +600,7 @@ def replace_file(path: Path, data: bytes) -> None:
         with open(temporary, "wb") as out:
             out.write(data)
             out.flush()
-            # Synced before the rename: after a power cut the name holds the old content or the new,
-            # never an empty file (ext4, XFS and APFS may reorder them).
+            # Before the rename: after a power cut the name holds old or new content, never an empty file.
             os.fsync(out.fileno())
         replace_over(temporary, path)
         sync_folder(path.parent)
@@ -680,8 +670,7 @@ def replace_over(
     sleep: Callable[[float], None] = time.sleep,
     retry: bool = sys.platform == "win32",
 ) -> None:
-    """``os.replace(source, target)``, tried again a few times where an open file cannot be replaced
-    (Windows), then refused with the file named."""
+    """``os.replace``, tried a few times where an open file cannot be replaced (Windows), then refused."""
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
         try:
             replace(source, target)
