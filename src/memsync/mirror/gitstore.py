@@ -68,7 +68,7 @@ class Head:
 
 class GitStore:
     """The git repository at exactly ``path`` (a working tree, or bare); ``create`` makes it first.
-    Never a parent folder's (``NO_SEARCH``): memsync would write someone's checkout around a mirror."""
+    Never a parent folder's repository (``NO_SEARCH``), which memsync would then write."""
 
     def __init__(
         self, path: Path, *, create: Literal["worktree", "bare"] | None = None, action: str = ""
@@ -483,8 +483,7 @@ class GitStore:
                     except (KeyError, pygit2.GitError):
                         continue
                     tips.update(str(oid) for e in entries for oid in (e.oid_old, e.oid_new))
-            tips.discard("0" * 40)
-            tips = {tip for tip in tips if self.object_type(tip) is not None}
+            tips = {tip for tip in tips if self.has_object(tip)}  # a new ref's old id is all zeros
         return sorted(tips)
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
@@ -636,12 +635,9 @@ def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
     paths = sorted(set(tree_paths))
     if len(paths) > _SYNC_EACH_UP_TO and _syncfs(root):
         return
-    folders = {root}
     for tree_path in paths:
-        full = root / tree_path
-        folders.add(full.parent)
-        _fsync(full, _SYNC_FILE_FLAGS)
-    for folder in sorted(folders):
+        _fsync(root / tree_path, _SYNC_FILE_FLAGS)
+    for folder in sorted({root, *((root / tree_path).parent for tree_path in paths)}):
         sync_folder(folder)
 
 
