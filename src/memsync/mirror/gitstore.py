@@ -28,7 +28,7 @@ from memsync.mirror.paths import decode_path, segment_spellings
 from memsync.mirror.state import State
 from memsync.processes import process_alive
 
-# libgit2 fsyncs what it writes in a git folder, as git does with core.fsync (in every mirror's config):
+# libgit2 fsyncs (process-wide) what it writes in git folders, as git does with core.fsync (in each mirror):
 # a ref that commits a batch never survives a power cut that its objects did not.
 pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
 
