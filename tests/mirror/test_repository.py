@@ -13,7 +13,7 @@ import pytest
 
 from memsync.errors import EnvironmentProblem, MirrorError
 from memsync.mirror import Mirror
-from memsync.mirror.gitbinary import git_version
+from memsync.mirror.gitbinary import require_git
 from tests.mirror.oracle import fsck, git, record
 
 NewMirror = Callable[..., Mirror]
@@ -107,9 +107,9 @@ def test_metadata_lives_on_its_own_branch(new_mirror: NewMirror) -> None:
 
 @pytest.fixture
 def fresh_git_check() -> Iterator[None]:
-    git_version.cache_clear()
+    require_git.cache_clear()
     yield
-    git_version.cache_clear()
+    require_git.cache_clear()
 
 
 def test_metadata_pairs_are_streamed_and_a_failing_listing_records_nothing(new_mirror: NewMirror) -> None:

@@ -1,15 +1,5 @@
-"""The mirror's refinements of :class:`memsync.errors.MirrorError`, and the one pygit2 boundary.
-
-::
-
-    MirrorError (memsync.errors)
-    ├── RefMoved              a compare-and-swap ref update found the ref elsewhere: re-plan
-    ├── FormatError           a commit in the mirror does not follow Memsync-Format 1
-    └── UnsafeInput (memsync.errors)
-        └── PathEncodingError a memory path or working-tree path that has no valid spelling
-
-pygit2's own exceptions are translated into this tree by :func:`translated` at the edge of every
-public mirror operation, so callers only ever see :mod:`memsync.errors`.
+"""The mirror's refinements of :class:`memsync.errors.MirrorError`, and the one pygit2 boundary:
+:func:`translated` turns pygit2's exceptions into :mod:`memsync.errors` at every public operation's edge.
 """
 
 from __future__ import annotations
@@ -30,9 +20,6 @@ class RefMoved(MirrorError):
             f"{ref} moved while memsync was writing (expected {expected or 'no ref'}, "
             f"found {actual or 'no ref'}); another process is writing this mirror: run again"
         )
-        self.ref = ref
-        self.expected = expected
-        self.actual = actual
 
 
 class FormatError(MirrorError):
@@ -40,7 +27,7 @@ class FormatError(MirrorError):
 
 
 class PathEncodingError(UnsafeInput):
-    """A path (memory or working-tree path) with no valid spelling on the other side of the encoding;
+    """A memory or working-tree path with no valid spelling on the other side of the encoding;
     ``suggestion`` is the canonical spelling when one can be guessed (``100%25.md`` for ``100%.md``)."""
 
     def __init__(self, message: str, *, path: str, reason: str, suggestion: str | None = None) -> None:

@@ -1,7 +1,5 @@
-"""The ``git`` binary: a run-time dependency for what pygit2 does not do (fast-import, pack-objects, gc).
-
-memsync checks for it once per process and says clearly what is missing (docs/design.md §3).
-"""
+"""The ``git`` binary: a run-time dependency for what pygit2 does not do (fast-import, pack-objects, gc),
+checked once per process (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -14,9 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memsync.errors import EnvironmentProblem, MirrorError
-
-MIN_GIT_VERSION = (2, 30)
-_VERSION = re.compile(r"git version (\d+)\.(\d+)")
 
 # Variables that would point git at another repository, index or object store than the mirror's.
 _LOCATION_VARIABLES = (
@@ -39,17 +34,16 @@ def git_environment() -> dict[str, str]:
     env["LC_ALL"] = "C"
     # glibc gives the heap's top back to the kernel whenever 128 KiB of it is free, and fast-import
     # frees and reallocates such a block per object: a batch of 1,000 commits then spends two thirds
-    # of its time in brk and zeroed pages (benchmarks/git_write_bench.py). 1 MiB of free heap costs
-    # git nothing beyond its peak. Other C libraries ignore the variable.
+    # of its time in brk and zeroed pages (benchmarks/git_write_bench.py). Other C libraries ignore it.
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 20))
     return env
 
 
 @functools.cache
-def git_version() -> tuple[int, int]:
-    """The installed git's (major, minor); :class:`EnvironmentProblem` if missing or too old."""
+def require_git() -> None:
+    """Raise :class:`EnvironmentProblem` unless git 2.30 or newer is installed."""
     executable = shutil.which("git")
-    needs = f"memsync needs git {MIN_GIT_VERSION[0]}.{MIN_GIT_VERSION[1]} or newer"
+    needs = "memsync needs git 2.30 or newer"
     if executable is None:
         raise EnvironmentProblem(
             f"the git binary was not found on PATH; {needs} (install it, e.g. apt-get install git)"
@@ -62,17 +56,10 @@ def git_version() -> tuple[int, int]:
         raise EnvironmentProblem(
             f"{executable} --version failed ({exc}); memsync needs a working git"
         ) from None
-    if (match := _VERSION.search(output)) is None:
+    if (match := re.search(r"git version (\d+)\.(\d+)", output)) is None:
         raise EnvironmentProblem(f"cannot read the version of {executable} from {output.strip()!r}")
-    version = (int(match[1]), int(match[2]))
-    if version < MIN_GIT_VERSION:
-        raise EnvironmentProblem(f"{executable} is git {version[0]}.{version[1]}; {needs}: upgrade git")
-    return version
-
-
-def require_git() -> None:
-    """Raise :class:`EnvironmentProblem` unless a usable git binary is installed."""
-    git_version()
+    if (int(match[1]), int(match[2])) < (2, 30):
+        raise EnvironmentProblem(f"{executable} is git {match[1]}.{match[2]}; {needs}: upgrade git")
 
 
 # memsync's own git commands in a mirror must not run the user's global hooks or fsmonitor: update-ref
@@ -90,7 +77,6 @@ def run_git(repo: Path, args: Sequence[str], *, action: str, stdin: str | None =
         input=stdin,
         text=True,
         errors="surrogateescape",
-        check=False,
         env=git_environment(),
     )
     if result.returncode != 0:

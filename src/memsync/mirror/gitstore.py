@@ -1,9 +1,7 @@
 """The git repository under a mirror or a view: the one place memsync reads and writes it.
 
-A :class:`GitStore` owns its ``pygit2.Repository``. Everything else in memsync works through its
-methods: refs moved only by compare-and-swap, the one walk of a tree, blob reads, objects written by
-``git fast-import`` (:mod:`memsync.mirror.fastimport`), and packs kept few by ``git repack``. libgit2
-reads; git's own programs write packs; memsync encodes none of git's formats.
+libgit2 reads and moves refs (only by compare-and-swap); git's own programs write packs
+(:mod:`memsync.mirror.fastimport`, :meth:`GitStore.repack`); memsync encodes none of git's formats.
 """
 
 from __future__ import annotations
@@ -30,25 +28,32 @@ from memsync.mirror.paths import decode_path, segment_spellings
 from memsync.mirror.state import State
 from memsync.processes import process_alive
 
-# libgit2 fsyncs the objects, refs and index it writes in a repository's git folder, as git does with
-# core.fsync (set in every mirror's config): a ref that commits a batch never survives a power cut
-# that its objects did not. Process-wide, and set where libgit2 is first used by memsync.
+# libgit2 fsyncs (process-wide) what it writes in git folders, as git does with core.fsync (in each mirror):
+# a ref that commits a batch never survives a power cut that its objects did not.
 pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, True)
 
-# How many open packs a repository may hold before git merges them (see GitStore.repack), and the
-# size at which a pack is sealed: never rewritten again.
+# How many open packs may pile up before git merges them (GitStore.repack); a pack this big is sealed.
 GEOMETRIC_FROM = 8
 SEALED_BYTES = 4 << 20
-# One thread: the machines memsync runs on are small, and each pack-objects thread has its own delta
-# window. core.deltaBaseCacheLimit: git's cache of inflated delta bases, 96 MiB by default, held a
-# merge at 100,000 versions 67 MiB above what 1 MiB costs it, in no measurable extra time.
+# One thread: memsync's machines are small. git's delta base cache (96 MiB by default) held a merge at
+# 100,000 versions 67 MiB above what 1 MiB costs it, in no measurable extra time.
 PACK_OBJECTS = ["-c", "pack.threads=1", "-c", "core.deltaBaseCacheLimit=1m", "pack-objects"]
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# memsync's own temporaries match the ".#*" line of memsync.mirror.ignores, so git, scans and the
-# daemon's watcher ignore them (unless a memory has such a name: then it is a memory like any other).
+# Matches the ".#*" line of memsync.mirror.ignores: git, scans and the watcher ignore memsync's temporaries.
 TEMPORARY_PREFIX = ".#memsync-"
-_DIRECTION_PUSH = 1  # libgit2's GIT_DIRECTION_PUSH: list refs as receive-pack sees them
+# The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
+# Windows flushes a file only through a handle that may write to it; POSIX through any.
+_SYNC_FILE_FLAGS = (
+    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+# Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
+_SYNC_EACH_UP_TO = 64
+# Windows cannot replace a file another program holds open (an editor, a virus scanner) until it lets go.
+REPLACE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +67,8 @@ class Head:
 
 
 class GitStore:
-    """The git repository at exactly ``path`` (a working tree, or a bare repository); ``create`` makes
-    it first (``main`` unborn), ``action`` names the step in an error.
-
-    Opened with ``NO_SEARCH``: a path that is not itself a repository fails, rather than opening the
-    repository of a parent folder (a mirror root inside someone's checkout), which memsync would write.
-    """
+    """The git repository at exactly ``path`` (a working tree, or bare); ``create`` makes it first.
+    Never a parent folder's repository (``NO_SEARCH``), which memsync would then write."""
 
     def __init__(
         self, path: Path, *, create: Literal["worktree", "bare"] | None = None, action: str = ""
@@ -88,11 +89,15 @@ class GitStore:
         self.state.close()
         self._repo.free()
 
-    def reopen(self) -> None:
-        """Fresh pygit2 handles (after git replaced the pack files the old ones had open)."""
-        self._repo.free()
-        with translated("reopening the repository"):
-            self._repo = _open(self.path)
+    @contextlib.contextmanager
+    def _released(self) -> Iterator[None]:
+        """The repository's files released while git replaces its packs; fresh pygit2 handles after."""
+        self.close()
+        try:
+            yield
+        finally:
+            with translated("reopening the repository"):
+                self._repo = _open(self.path)
 
     def __enter__(self) -> Self:
         return self
@@ -101,8 +106,7 @@ class GitStore:
         self.close()
 
     def configure(self, settings: Mapping[str, str], info: Mapping[str, str]) -> bool:
-        """Set ``settings`` in the config and append each block to its ``.git/info/<name>`` file unless
-        already there; whether anything was written."""
+        """Set ``settings`` and add each ``info`` block to ``.git/info/<name>``; whether anything changed."""
         wrote = False
         self.state_dir.mkdir(exist_ok=True)
         config = self.config
@@ -124,8 +128,6 @@ class GitStore:
     @property
     def is_bare(self) -> bool:
         return bool(self._repo.is_bare)
-
-    # --- refs ------------------------------------------------------------------------------------
 
     def ref_target(self, name: str) -> str | None:
         """The commit id ``name`` points at, or None if the ref does not exist."""
@@ -163,8 +165,7 @@ class GitStore:
 
     def delete_ref_if_equals(self, name: str, expected_old: str) -> None:
         """Delete ``name`` only if it points at ``expected_old``; :class:`RefMoved` otherwise."""
-        actual = self.ref_target(name)
-        if actual != expected_old:
+        if (actual := self.ref_target(name)) != expected_old:
             raise RefMoved(name, expected_old, actual)
         # git update-ref compares under the ref lock; pygit2's delete cannot.
         try:
@@ -206,7 +207,7 @@ class GitStore:
     def advertised_refs(self, url: str, callbacks: pygit2.RemoteCallbacks) -> dict[str, str]:
         """``{ref: commit}`` a remote advertises to a pusher; pygit2's ``GitError`` if unreachable."""
         remote = self._repo.remotes.create_anonymous(url)
-        remote.connect(callbacks=callbacks, direction=_DIRECTION_PUSH)
+        remote.connect(callbacks=callbacks, direction=1)  # GIT_DIRECTION_PUSH: as receive-pack lists them
         return {
             head.name: str(head.oid)
             for head in remote.list_heads(connect=False)
@@ -225,8 +226,6 @@ class GitStore:
             return None
         return None if found is None else str(found)
 
-    # --- reading objects -------------------------------------------------------------------------
-
     def commit(self, commit_id: str) -> pygit2.Commit:
         with translated(f"reading commit {commit_id}"):
             return self._repo[commit_id].peel(pygit2.Commit)
@@ -240,20 +239,15 @@ class GitStore:
         self, tip: str, *, since: str | None = None, oldest_first: bool = False
     ) -> Iterator[pygit2.Commit]:
         """The commits of ``tip`` not reachable from ``since``, newest first (or oldest first)."""
-        order = pygit2.enums.SortMode.TOPOLOGICAL
-        if oldest_first:
-            order |= pygit2.enums.SortMode.REVERSE
-        walker = self._repo.walk(pygit2.Oid(hex=tip), order)
+        sort = pygit2.enums.SortMode
+        walker = self._repo.walk(tip, sort.TOPOLOGICAL | (sort.REVERSE if oldest_first else sort.NONE))
         if since is not None:
-            walker.hide(pygit2.Oid(hex=since))
+            walker.hide(since)
         return iter(walker)
 
     def tree_files(self, commit: str | None) -> dict[str, str]:
         """``{tree path: blob id}`` of every file in ``commit``'s tree (None: none)."""
-        if commit is None:
-            return {}
-        with translated(f"reading the tree of {commit}"):
-            return dict(walk_tree(self._repo[commit].peel(pygit2.Tree)))
+        return dict(walk_tree(self.tree(commit)))
 
     def read_blob(self, blob_id: str) -> bytes:
         with translated(f"reading blob {blob_id}"):
@@ -274,8 +268,6 @@ class GitStore:
     def has_object(self, object_id: str) -> bool:
         with translated(f"looking up {object_id}"):
             return bool(self._repo.odb.exists(object_id))
-
-    # --- the working tree and the index ----------------------------------------------------------
 
     @property
     def workdir(self) -> Path:
@@ -311,11 +303,9 @@ class GitStore:
         paths: list[str] | None = None,
     ) -> None:
         """libgit2's checkout of ``tree`` into the index and working tree (its errors as they come)."""
-        # libgit2 (1.9) mishandles a file that becomes a folder, or a folder that becomes a file, when
-        # the old side is already deleted from the working tree: the first fails the checkout ("null
-        # OID cannot exist": the remote renamed d to d/e.md while the user deleted d); the second is
-        # skipped without a word, the new file neither written nor indexed, and would then read as the
-        # user's deletion of it. With HEAD's old files put back first, the checkout replaces them.
+        # libgit2 (1.9) mishandles a file that becomes a folder (or the reverse) whose old side the user
+        # already deleted: it fails ("null OID cannot exist"), or skips the new file without a word (it
+        # would then read as the user's deletion). With HEAD's old files put back first, it replaces them.
         repo, wanted = self._repo, None if paths is None else set(paths)
         restored: dict[Path, bytes] = {}
         if not repo.head_is_unborn and repo.workdir is not None:
@@ -356,8 +346,6 @@ class GitStore:
                 return Head(state, target, None, None)
             return Head(state, target, repo.head.name, repo.head.shorthand)
 
-    # --- writing objects with libgit2 (a few at a time) -------------------------------------------
-
     def create_blob(self, data: bytes) -> str:
         with translated("writing a blob"):
             return str(self._repo.create_blob(data))
@@ -373,8 +361,7 @@ class GitStore:
     def write_flat_tree(
         self, blobs: Mapping[str, bytes], *, trees: Mapping[str, str] | None = None, base: str | None = None
     ) -> str:
-        """A one-level tree: ``base``'s entries (a commit or tree), ``blobs`` as files and ``trees``
-        (name: tree or commit id) as folders."""
+        """A one-level tree: ``base``'s entries, ``blobs`` as files and ``trees`` (or commits) as folders."""
         with translated("writing a tree"):
             repo = self._repo
             builder = repo.TreeBuilder(repo[base].peel(pygit2.Tree)) if base else repo.TreeBuilder()
@@ -387,8 +374,7 @@ class GitStore:
     def merge_file(
         self, base: bytes | None, ours: tuple[str, bytes], theirs: tuple[str, bytes]
     ) -> tuple[bool, bytes]:
-        """git's three-way merge of one file (sides named by their labels): whether it merged cleanly,
-        and the result (with conflict markers when not)."""
+        """git's three-way merge of one file: whether it merged cleanly, and the result (with markers)."""
 
         def entry(label: str, data: bytes) -> pygit2.IndexEntry:
             return pygit2.IndexEntry(label, self._repo.create_blob(data), pygit2.enums.FileMode.BLOB)
@@ -402,16 +388,10 @@ class GitStore:
     def create_commit(self, tree: str, parents: list[str], author: pygit2.Signature, message: str) -> str:
         """A commit written by libgit2 (committer = author), not on any ref."""
         with translated("writing a commit"):
-            oid = self._repo.create_commit(
-                None, author, author, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=p) for p in parents]
-            )
-        return str(oid)
-
-    # --- writing objects, and keeping the packs few ----------------------------------------------
+            return str(self._repo.create_commit(None, author, author, message, tree, parents))
 
     def edit_tree(self, tree: str, changes: Iterable[tuple[str, str | None]]) -> str:
-        """``tree`` with each ``(tree path, blob id or None to remove)`` applied in order; a file put
-        where a folder was replaces the folder, and the other way round, as a checkout would."""
+        """``tree`` with ``(tree path, blob id or None)`` changes applied in order, as a checkout would."""
         with translated(f"editing tree {tree}"):
             index = pygit2.Index()
             index.read_tree(self._repo[tree].peel(pygit2.Tree))
@@ -428,20 +408,17 @@ class GitStore:
             return str(index.write_tree(self._repo))
 
     def recommit(self, commit: str, tree: str, parents: list[str]) -> str:
-        """``commit`` with another tree and parents; author, committer, message and encoding stay (a
-        signature would no longer verify, so it goes)."""
+        """``commit`` with another tree and parents, and no signature (it would no longer verify)."""
         with translated(f"rewriting commit {commit}"):
             old = self._repo[commit].peel(pygit2.Commit)
             encoding = [old.message_encoding] if old.message_encoding else []
-            new_parents = [pygit2.Oid(hex=parent) for parent in parents]
             oid = self._repo.create_commit(
-                None, old.author, old.committer, old.raw_message, pygit2.Oid(hex=tree), new_parents, *encoding
+                None, old.author, old.committer, old.raw_message, tree, parents, *encoding
             )
         return str(oid)
 
     def fast_import(self) -> FastImport:
-        # A writer killed mid-stream left its scratch ref (the caller's lock keeps out any live
-        # one), and fast-import, seeing its input end early, a crash report: neither holds anything.
+        # What a killed writer left (the caller's lock keeps out live ones): its scratch ref, a crash report.
         with translated("clearing a killed import's scratch ref"):
             if self._repo.references.get(SCRATCH_REF) is not None:
                 self._repo.references.delete(SCRATCH_REF)
@@ -451,17 +428,11 @@ class GitStore:
         return FastImport(self.git_dir, self.state_dir / "import-marks")
 
     def repack(self) -> bool:
-        """Keep the packs few, by git's own means; True if git merged some.
+        """Past :data:`GEOMETRIC_FROM` open packs (one per import), merge them into one; True if it did.
 
-        Each import batch is one pack. Past :data:`GEOMETRIC_FROM` open (unsealed) packs, ``git
-        pack-objects --revs`` writes one pack of all the refs, reflogs and index reach beyond the tips
-        recorded at the last seal, and the open packs go; a pack of :data:`SEALED_BYTES` is sealed.
-        Walking only history since the last seal keeps a merge's memory from growing with the
-        mirror's age (``git repack --geometric`` walks it all; benchmarks/git_write_bench.py --growth).
-
-        Nothing reachable is lost: a sealed pack holds all its tips reach that earlier seals did not
-        (this very walk wrote it). Without a trustworthy record (a sealed pack is gone: ``git gc``
-        ran) the walk starts from nothing and every pack is merged once.
+        ``pack-objects --revs`` walks only from the tips recorded when the last pack was sealed, so a
+        merge's memory does not grow with the mirror's age, as ``git repack --geometric``'s does
+        (benchmarks/git_write_bench.py --growth). Without a trustworthy record all packs are merged once.
         """
         pack_dir = self.objects_dir / "pack"
         packs = {path.name for path in pack_dir.glob("pack-*.pack")}
@@ -484,28 +455,22 @@ class GitStore:
         wanted = self._tips()
         revisions = "".join(f"{tip}\n" for tip in wanted) + "".join(f"^{tip}\n" for tip in tips)
         args = [*PACK_OBJECTS, "--revs", "--reflog", "--indexed-objects", "--delta-base-offset", "-q"]
-        self.close()  # the pack files about to go are not held open
-        try:
-            name = run_git(
-                self.path, [*args, str(pack_dir / "pack")], stdin=revisions, action="merging the packs"
-            ).strip()
+        args.append(str(pack_dir / "pack"))
+        with self._released():
+            name = run_git(self.path, args, stdin=revisions, action="merging the packs").strip()
             merged = f"pack-{name}.pack"
             for old in sorted((open_packs if tips else packs - foreign) - {merged}):
                 # The index first: without it no reader looks into the pack, whatever is left of it.
                 for suffix in (".idx", ".pack", ".rev", ".bitmap"):
                     (pack_dir / old).with_suffix(suffix).unlink(missing_ok=True)
             if (pack_dir / merged).stat().st_size >= SEALED_BYTES:
-                # The reflogs' commits too: pack-objects --reflog starts from each of them, and one
-                # not in the boundary would have git walk from there down to a boundary commit.
+                # The reflogs' commits too, or pack-objects --reflog would walk from each to the boundary.
                 sealed, tips = [*sealed, merged] if tips else [merged], self._tips(reflogs=True)
             self.state.put("packs", {"sealed": sealed, "tips": tips})
-        finally:
-            self.reopen()
         return True
 
     def _tips(self, *, reflogs: bool = False) -> list[str]:
-        """What the refs (and a detached HEAD) point at; with ``reflogs``, every commit their reflogs
-        name as well."""
+        """What the refs (and a detached HEAD) point at; with ``reflogs``, all their reflogs name too."""
         tips = set(self.direct_refs().values())
         head = self.head()
         if head.branch is None and head.target is not None:
@@ -518,13 +483,12 @@ class GitStore:
                     except (KeyError, pygit2.GitError):
                         continue
                     tips.update(str(oid) for e in entries for oid in (e.oid_old, e.oid_new))
-            tips.discard("0" * 40)
-            tips = {tip for tip in tips if self.object_type(tip) is not None}
+            tips = {tip for tip in tips if self.has_object(tip)}  # a new ref's old id is all zeros
         return sorted(tips)
 
     def drop_unreachable(self, *, keep_reflog: str | None = None) -> None:
-        """Expire reflogs and prune every object nothing reaches (content that must leave for good),
-        except ``keep_reflog``'s reflog (the stash lives in its reflog)."""
+        """Expire reflogs (but ``keep_reflog``'s: the stash lives in its reflog) and prune every object
+        nothing reaches."""
         kept_log = self.git_dir / "logs" / keep_reflog if keep_reflog else None
         kept = kept_log.read_bytes() if kept_log is not None and kept_log.exists() else None
         expire = ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"]
@@ -533,19 +497,15 @@ class GitStore:
             temporary = kept_log.with_suffix(".memsync-tmp")
             temporary.write_bytes(kept)
             temporary.replace(kept_log)
-        self.close()
-        try:
+        with self._released():
             run_git(self.path, ["gc", "--prune=now", "--quiet"], action="pruning unreachable objects")
-        finally:
-            self.reopen()
         # git gc packed everything reachable: its packs are sealed at the refs as they are now.
         packs = sorted(path.name for path in (self.objects_dir / "pack").glob("pack-*.pack"))
         self.state.put("packs", {"sealed": packs, "tips": self._tips(reflogs=True)})
 
 
 def _plain_folders(root: Path, path: str) -> bool:
-    """Whether writing ``path`` stays inside ``root``: spelled as memsync spells paths (no ``..`` or
-    ``.git``), and no folder on the way a symbolic link (the user's, leading anywhere)."""
+    """Whether writing ``path`` stays inside ``root``: a valid memory path, no symbolic link on the way."""
     try:
         decode_path(path)
     except PathEncodingError:
@@ -560,16 +520,14 @@ def _plain_folders(root: Path, path: str) -> bool:
 
 def _changes_kind(tree: pygit2.Tree, path: str) -> bool:
     """Whether ``tree`` has a folder at ``path``, or a file where a folder above it is."""
-    if path in tree and tree[path].type == pygit2.enums.ObjectType.TREE:
-        return True
     parts = path.split("/")
-    for cut in range(1, len(parts)):
+    for cut in range(1, len(parts) + 1):
         above = "/".join(parts[:cut])
         if above not in tree:
             return False
         if tree[above].type != pygit2.enums.ObjectType.TREE:
-            return True
-    return False
+            return cut < len(parts)
+    return True
 
 
 def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -583,8 +541,7 @@ def walk_tree(tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, str]]:
 
 
 def blob_at(tree: pygit2.Tree, memory_path: str) -> pygit2.Blob | None:
-    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there (the ``%_``
-    suffix, a folded segment, or a spelling of Memsync-Format 1)."""
+    """The file of ``memory_path`` in ``tree``, whichever way it is spelled there (``segment_spellings``)."""
     segments = memory_path.split("/")
     folders = [tree]
     for segment in segments[:-1]:
@@ -621,14 +578,9 @@ def is_repository(path: Path) -> bool:
     return True
 
 
-# The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
-_GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
-
-
 def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
-    """Remove (and return) git's lock files in ``git_dir`` made at ``since`` or later (epoch seconds):
-    a killed run's, when the caller knows that run is dead and no other of its own is in ``git_dir``.
-    An older lock is a user's git command's, and stays (git names it when it is in the way)."""
+    """Remove (and return) git's lock files in ``git_dir`` made at ``since`` or later: a dead run's, the
+    caller knows. An older lock is a user's git command's, and stays (git names it when in the way)."""
     removed = []
     for lock in [*(git_dir / name for name in _GIT_LOCKS), *(git_dir / "refs").rglob("*.lock")]:
         # A second of slack: some filesystems keep whole-second (or coarser) modification times.
@@ -640,16 +592,14 @@ def clear_stale_locks(git_dir: Path, *, since: float) -> list[Path]:
 
 
 def replace_file(path: Path, data: bytes) -> None:
-    """Give ``path`` the content ``data`` whole, or leave it as it was, durably: written beside it,
-    then renamed over it. The temporary's name is short (any file name fits beside it), one per
-    thread, and ignored by git and memsync's scans (:data:`TEMPORARY_PREFIX`)."""
+    """Give ``path`` the content ``data`` whole, or leave it as it was, durably. The temporary's name is
+    short (any file name fits beside it), one per thread, and ignored (:data:`TEMPORARY_PREFIX`)."""
     temporary = path.parent / f"{TEMPORARY_PREFIX}{os.getpid()}-{threading.get_ident()}"
     try:
         with open(temporary, "wb") as out:
             out.write(data)
             out.flush()
-            # Synced before the rename: after a power cut the name holds the old content or the new,
-            # never an empty file (ext4, XFS and APFS may reorder them).
+            # Before the rename: after a power cut the name holds old or new content, never an empty file.
             os.fsync(out.fileno())
         replace_over(temporary, path)
         sync_folder(path.parent)
@@ -679,30 +629,15 @@ def _fsync(path: Path, flags: int) -> None:
         os.close(fd)
 
 
-# Windows flushes a file only through a handle that may write to it; POSIX through any.
-_SYNC_FILE_FLAGS = (
-    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_BINARY", 0)
-)
-
-
-# Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
-_SYNC_EACH_UP_TO = 64
-
-
 def make_durable(root: Path, tree_paths: Iterable[str]) -> None:
     """Make the files at ``tree_paths`` under ``root`` and their names durable: what a checkout wrote,
     before its intent is removed. Gone or unreadable files are skipped: a later run settles them."""
     paths = sorted(set(tree_paths))
     if len(paths) > _SYNC_EACH_UP_TO and _syncfs(root):
         return
-    folders = {root}
     for tree_path in paths:
-        full = root / tree_path
-        folders.add(full.parent)
-        _fsync(full, _SYNC_FILE_FLAGS)
-    for folder in sorted(folders):
+        _fsync(root / tree_path, _SYNC_FILE_FLAGS)
+    for folder in sorted({root, *((root / tree_path).parent for tree_path in paths)}):
         sync_folder(folder)
 
 
@@ -723,12 +658,6 @@ def _syncfs(root: Path) -> bool:
         os.close(fd)
 
 
-# On Windows a file another program holds open (an editor, a virus scanner, a search indexer) cannot
-# be replaced until it lets go, usually within moments: a few tries, 50 ms apart and doubling.
-REPLACE_ATTEMPTS = 5
-REPLACE_FIRST_WAIT = 0.05
-
-
 def replace_over(
     source: Path,
     target: Path,
@@ -737,9 +666,7 @@ def replace_over(
     sleep: Callable[[float], None] = time.sleep,
     retry: bool = sys.platform == "win32",
 ) -> None:
-    """``os.replace(source, target)``, tried again a few times where an open file cannot be replaced
-    (Windows), then refused with the file named. POSIX replaces open files: one try."""
-    wait = REPLACE_FIRST_WAIT
+    """``os.replace``, tried a few times where an open file cannot be replaced (Windows), then refused."""
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
         try:
             replace(source, target)
@@ -754,8 +681,7 @@ def replace_over(
                     f" not be replaced after {REPLACE_ATTEMPTS} tries: close it and run again",
                     str(target),
                 ) from None
-            sleep(wait)
-            wait *= 2
+            sleep(0.05 * 2 ** (attempt - 1))
 
 
 def temporary_beside(path: Path) -> Path:
