@@ -1,16 +1,10 @@
-"""Rewriting a mirror's history after a redaction, so the redacted content is in no object of the
-repository, or after the path spelling rules changed (docs/design.md §2, "Redaction propagates";
-docs/backup.md walks through a rewrite).
-
-The commits from the first affected one on are derived again by the deterministic :class:`HistoryWriter`,
-with the ids a fresh import made now would have. Every ref, the stash, the pseudo-refs, the index and the
-working tree follow them, keeping the user's unpushed work (redacted bytes in it are reported), and what
-nothing reaches any more is pruned. A blob that a version which is not redacted also uses stays.
+"""Rewriting a mirror's history after a redaction, so no object holds the redacted content, or after the
+path spelling rules changed: the commits from the first affected one on get the ids a fresh import made
+now would have, and everything else follows (docs/backup.md, "Redaction propagates").
 
 Crash order, so the next full scan finishes a killed rewrite: the new history is written on a private
-ref, the other refs and the checkout follow, ``memstore/main`` moves last. The state's ``rewrite-pending``
-intent names what is still to prune until pruning is done; its ``superseded`` intent collects the old
-commit ids a backup may force-update a remote ref from.
+ref, the other refs and the checkout follow, ``memstore/main`` moves last; the ``rewrite-pending``
+intent names what is still to prune until pruning is done.
 """
 
 from __future__ import annotations
@@ -56,17 +50,15 @@ class KeptContent:
 
 @dataclass(frozen=True)
 class RewriteReport:
-    """What a rewrite did: ``commits`` of ``memstore/main`` derived again from ``first_commit`` (its old
-    id) on, other ``refs`` moved, and the redacted blobs ``removed`` from every object, ``shared`` with
-    a version that is not redacted, ``kept`` in unpushed work, or ``remaining`` for a reason memsync
-    could not name (an error)."""
+    """What a rewrite did: the redacted blobs ``removed`` from every object, ``shared`` with a version
+    that is not redacted, ``kept`` in unpushed work, or ``remaining`` for a reason memsync cannot name."""
 
     versions: tuple[str, ...]
-    first_commit: str | None
+    first_commit: str | None  # the old id of the first commit of memstore/main derived again
     old_tip: str | None
     new_tip: str | None
     commits: int
-    refs: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()  # the other refs moved
     removed: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
     kept: tuple[KeptContent, ...] = ()
@@ -136,8 +128,7 @@ class Rewriter:
         return self.mirror.git.state.get("rewrite-pending") is not None
 
     def defer(self, versions: Iterable[str]) -> None:
-        """Note that a rewrite is due for ``versions`` without doing it now (:meth:`pending` is then
-        true, so the next pull looks again at every redacted commit and rewrites)."""
+        """Note a rewrite due for ``versions`` without doing it: the next pull rewrites (:meth:`pending`)."""
         pending = _Pending.load(self.mirror) or _Pending()
         pending.versions.extend(v for v in versions if v not in pending.versions)
         pending.save(self.mirror)
@@ -145,14 +136,12 @@ class Rewriter:
     def redact(
         self, records: Iterable[VersionRecord], *, recontent: Mapping[str, bytes | None] | None = None
     ) -> RewriteReport | None:
-        """Rewrite the mirror so the versions of ``records`` are redacted in it; None when there was
-        nothing to do. Also finishes the pruning an interrupted rewrite left pending.
+        """Rewrite the mirror so the versions of ``records`` are redacted in it, and finish the pruning an
+        interrupted rewrite left pending; None when there was nothing to do.
 
-        ``records`` are the redacted versions exactly as a fresh import would add them (content None, or
-        the live memory's current content when the API still serves it under the kept hash); versions
-        the history does not hold are ignored. ``recontent`` names versions whose commits record them as
-        redacted already, with the content a fresh import would now write: None where the memory no
-        longer serves the kept hash (its content leaves the mirror), or the bytes it serves again.
+        ``records`` are the redacted versions as a fresh import would add them now. ``recontent`` names
+        versions whose commits record them as redacted already, with the content a fresh import would now
+        write: None where the memory no longer serves the kept hash, or the bytes it serves again.
         """
         mirror = self.mirror
         replacements = {record.version_id: record for record in records}
@@ -162,16 +151,15 @@ class Rewriter:
             return None  # the common full scan: nothing redacted since the import, nothing owed
         history = _read_history(mirror)
 
-        def is_affected(old: _OldCommit) -> bool:
-            version = old.trailers.version_id
-            if version in replacements:
+        def is_affected(trailers: Trailers) -> bool:
+            if trailers.version_id in replacements:
                 # A commit that already records its version as redacted was written from a redacted version.
-                return not old.trailers.redacted
-            if version in recontent and old.trailers.redacted:
-                return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
+                return not trailers.redacted
+            if trailers.version_id in recontent and trailers.redacted:
+                return (_written_path(trailers) is not None) != (recontent[trailers.version_id] is not None)
             return False
 
-        affected = [i for i, old in enumerate(history) if is_affected(old)]
+        affected = [i for i, old in enumerate(history) if is_affected(old.trailers)]
         if not affected and pending is None:
             return None
         pending = pending or _Pending()
@@ -181,10 +169,8 @@ class Rewriter:
             blob = _written_blob(mirror, old)
             if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
-        if affected:
-            pending.save(
-                mirror
-            )  # before anything changes: from here on, a kill leaves a note of what to prune
+        if affected:  # before anything changes: from here on, a kill leaves a note of what to prune
+            pending.save(mirror)
         start = affected[0] if affected else None
         return _rewrite(mirror, history, start, pending, "redaction", replacements, recontent)
 
@@ -193,24 +179,20 @@ class Rewriter:
         return self.mirror.git.state.get("spelling-rules") != SPELLING_RULES
 
     def respell(self) -> RewriteReport | None:
-        """Rewrite, as a redaction is, the history a memsync without spelling rules 5 and 6 wrote if any
-        of its trees needs them (docs/mirror.md, "Path spelling"). None when nothing needed it (the
-        mirror is then noted as checked, and not read again). The caller also owns the checkout.
-        """
-        mirror = self.mirror
+        """Rewrite, as a redaction does, a history whose trees spelling rules 5 and 6 (docs/mirror.md, "Path
+        spelling") would spell otherwise; None when none would. The caller also owns the checkout."""
         if not self.respelling_due():
             return None
-        history = _read_history(mirror)
+        history = _read_history(self.mirror)
         paths = PathMap()
         report = None
         for index, old in enumerate(history):
             apply_trailers(paths, old.trailers)
-            if (
-                paths.novel and old.trailers.format == 1
-            ):  # format 1's rules spelled its tree, today's would not
-                report = _rewrite(mirror, history, index, _Pending(), "spelling", {}, {})
+            # Format 1's rules spelled this tree, today's would not.
+            if paths.novel and old.trailers.format == 1:
+                report = _rewrite(self.mirror, history, index, _Pending(), "spelling", {}, {})
                 break
-        mirror.git.state.put("spelling-rules", SPELLING_RULES)
+        self.mirror.git.state.put("spelling-rules", SPELLING_RULES)
         return report
 
 
@@ -223,8 +205,8 @@ def _rewrite(
     replacements: Mapping[str, VersionRecord],
     recontent: Mapping[str, bytes | None],
 ) -> RewriteReport:
-    """Derive ``history[start:]`` again on :data:`WORK_REF` (start None: only pruning is owed), carry
-    everything else over, move ``memstore/main``, prune what nothing reaches, and check what remains."""
+    """Derive ``history[start:]`` again (start None: only pruning is owed), carry everything else over,
+    move ``memstore/main``, prune what nothing reaches, and check what remains."""
     old_tip = new_tip = mirror.tip()
     parent = history[start - 1].id if start else None  # the last commit the rewrite keeps
     mapping: dict[str, str] = {}  # old → new id of every rewritten commit
@@ -252,8 +234,7 @@ def _rewrite(
     mirror.git.drop_unreachable(keep_reflog=STASH_REF)
     crash_point("rewrite.pruned")
 
-    # The SHA-256 of every content a version of the history as it is now wrote: the trailers of the
-    # commits before ``start`` were read already, the rewritten ones are read again.
+    # The SHA-256 of every content the history now writes: the commits before ``start`` were read already.
     trailers = [old.trailers for old in history[: start or 0]]
     tip = mirror.tip()
     if tip is not None:
@@ -264,7 +245,7 @@ def _rewrite(
         removed = [blob for blob in sorted(pending.blobs) if not mirror.git.has_object(blob)]
     shared = [b for b in sorted(pending.blobs) if b not in removed and pending.blobs[b] in in_history]
     remaining = sorted(set(pending.blobs) - {*removed, *shared, *(k.blob for k in carrier.kept)})
-    kept = carrier.kept + _scan_state_files(mirror, carrier.redacted.values())
+    carrier.scan_state_files()
     if remaining:
         carrier.warnings.append(
             f"{len(remaining)} redacted content(s) are still in the repository and memsync cannot tell"
@@ -277,19 +258,16 @@ def _rewrite(
         versions=tuple(pending.versions),
         first_commit=next(iter(mapping), None),
         old_tip=old_tip,
-        new_tip=mirror.tip(),
+        new_tip=tip,
         commits=len(mapping),
         refs=tuple(carrier.moved),
         removed=tuple(removed),
         shared=tuple(shared),
-        kept=tuple(kept),
+        kept=tuple(carrier.kept),
         remaining=tuple(remaining),
         warnings=tuple(carrier.warnings),
         reason=reason,
     )
-
-
-# --- the old history --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +297,6 @@ def _written_path(trailers: Trailers) -> str | None:
 
 
 def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
-    """The blob a commit wrote for its version (None when it wrote none)."""
     path = _written_path(old.trailers)
     if path is None:
         return None
@@ -329,10 +306,9 @@ def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
 
 
 def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
-    """The version's ``path`` as the import got it: ``Memory-Path`` when the commit wrote or removed a
-    file, else the summary line's (the memory's known path when the record had none). Anthropic drops
-    both the path and the hash of a redacted version, so such a commit had no path: None lets the writer
-    name the memory by its path in the new history, as a fresh import does."""
+    """The version's ``path`` as the import got it: ``Memory-Path``, else the summary line's. Anthropic
+    drops both the path and the hash of a redacted version: None lets the writer name the memory by its
+    path in the new history, as a fresh import does."""
     trailers = old.trailers
     if trailers.memory_path is not None:
         return trailers.memory_path
@@ -359,9 +335,8 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
     writes = _written_path(trailers) is not None
     moved_from = known if writes and known is not None and known != trailers.memory_path else None
     content: bytes | None = None
-    # The writer needs the bytes of a redacted version that still wrote content (the live memory's
-    # current content: a hash alone would not make it write the file), and of content the mirror
-    # cannot find by its hash.
+    # The writer needs the bytes of a redacted version that still wrote content (a hash alone would not
+    # make it write the file), and of content the mirror cannot find by its hash.
     if writes and (
         trailers.redacted
         or trailers.content_sha256 is None
@@ -423,9 +398,6 @@ def _derive(
     return tip, dict(zip((old.id for old in rewritten), writer.written, strict=True))
 
 
-# --- carrying everything else over ------------------------------------------------------------------
-
-
 class _Carrier:
     """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
 
@@ -460,7 +432,15 @@ class _Carrier:
                     self._git.set_ref_if_equals(name, new, old, message="memsync: carried over a redaction")
                     self.moved.append(name)
             self._carry_stash()
-            self._carry_pseudo_refs()
+            for name in PSEUDO_REFS:
+                file = self._mirror.git_dir / name
+                try:
+                    data = file.read_bytes()
+                except FileNotFoundError:
+                    continue
+                if (updated := self._carry_ids(data, name)) != data:
+                    replace_file(file, updated)
+                    self.moved.append(name)
 
     def _carry(self, commit: str, where: str) -> str:
         """The commit on the new history that stands for ``commit``."""
@@ -598,17 +578,6 @@ class _Carrier:
         if new_stash != old_stash or rewritten != lines:
             self.moved.append(STASH_REF)
 
-    def _carry_pseudo_refs(self) -> None:
-        for name in PSEUDO_REFS:
-            file = self._mirror.git_dir / name
-            try:
-                data = file.read_bytes()
-            except FileNotFoundError:
-                continue
-            if (updated := self._carry_ids(data, name)) != data:
-                replace_file(file, updated)
-                self.moved.append(name)
-
     def _carry_ids(self, data: bytes, where: str) -> bytes:
         """``data`` with every commit id in it replaced by the one standing for it on the new history."""
 
@@ -619,6 +588,15 @@ class _Carrier:
             return self._carry(commit, where).encode("ascii")
 
         return _HEX40.sub(carried, data)
+
+    def scan_state_files(self) -> None:
+        """Files of other memsync parts under ``.git/memsync/`` that hold redacted bytes: reported."""
+        state_dir = self._mirror.state_dir
+        for file in sorted(state_dir.rglob("*")) if any(self.redacted.values()) else []:
+            small = file.is_file() and file.stat().st_size <= 64 << 20
+            if small and self._contains_redacted(file.read_bytes()):
+                where = f".git/memsync/{file.relative_to(state_dir).as_posix()}"
+                self.kept.append(KeptContent(where, None, None))
 
 
 def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> list[tuple[str, str | None, str | None]]:
@@ -635,17 +613,3 @@ def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> list[tuple[str, str | N
             after = str(delta.new_file.id)
         changes[path] = (before, after)
     return sorted(((p, b, a) for p, (b, a) in changes.items()), key=lambda c: (c[2] is not None, c[0]))
-
-
-def _scan_state_files(mirror: Mirror, contents: Iterable[bytes]) -> list[KeptContent]:
-    """Files of other memsync parts under ``.git/memsync/`` that hold redacted bytes (reported)."""
-    wanted = [content for content in contents if content]
-    found = []
-    for file in sorted(mirror.state_dir.rglob("*")) if wanted else []:
-        if file.is_file() and file.stat().st_size <= 64 << 20:
-            data = file.read_bytes()
-            if any(content in data for content in wanted):
-                found.append(
-                    KeptContent(f".git/memsync/{file.relative_to(mirror.state_dir).as_posix()}", None, None)
-                )
-    return found
