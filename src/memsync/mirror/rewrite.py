@@ -9,12 +9,10 @@ intent names what is still to prune until pruning is done.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -25,6 +23,7 @@ from memsync.mirror.gitstore import blob_at, replace_file
 from memsync.mirror.history import HistoryWriter, PathMap, VersionRecord, apply_trailers
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
+from memsync.mirror.worktree import prune_folders
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -136,13 +135,10 @@ class Rewriter:
     def redact(
         self, records: Iterable[VersionRecord], *, recontent: Mapping[str, bytes | None] | None = None
     ) -> RewriteReport | None:
-        """Rewrite the mirror so the versions of ``records`` are redacted in it, and finish the pruning an
-        interrupted rewrite left pending; None when there was nothing to do.
-
-        ``records`` are the redacted versions as a fresh import would add them now. ``recontent`` names
-        versions whose commits record them as redacted already, with the content a fresh import would now
-        write: None where the memory no longer serves the kept hash, or the bytes it serves again.
-        """
+        """Rewrite the mirror so the versions of ``records`` (as a fresh import would add them now) are
+        redacted in it, and finish the pruning an interrupted rewrite left; None when nothing was to do.
+        ``recontent`` names versions whose commits record them as redacted already, with the content a
+        fresh import would now write (None: the memory no longer serves the kept hash)."""
         mirror = self.mirror
         replacements = {record.version_id: record for record in records}
         recontent = dict(recontent or {})
@@ -213,8 +209,8 @@ def _rewrite(
     if start is not None:
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
         crash_point("rewrite.history_written")
-    carrier = _Carrier(mirror, mapping, parent)
-    carrier.carry_everything(pending)
+    carrier = _Carrier(mirror, mapping, parent, pending.blobs)
+    carrier.carry_everything()
     crash_point("rewrite.refs_carried")
     # Synced before memstore/main moves: a backup may force-update a remote ref only from these.
     superseded = [old for old, new in {**mapping, **carrier.replaced}.items() if old != new]
@@ -278,7 +274,6 @@ class _OldCommit:
 
 
 def _read_history(mirror: Mirror) -> list[_OldCommit]:
-    """The commits of ``memstore/main``, oldest first."""
     tip = mirror.tip()
     if tip is None:
         return []
@@ -401,7 +396,9 @@ def _derive(
 class _Carrier:
     """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
 
-    def __init__(self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None) -> None:
+    def __init__(
+        self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None, blobs: Iterable[str]
+    ) -> None:
         self._mirror = mirror
         self._git = mirror.git
         self._mapping = dict(mapping)  # old → new id of every rewritten commit
@@ -410,11 +407,11 @@ class _Carrier:
         self.moved: list[str] = []  # the refs and pseudo-refs that moved
         self.kept: list[KeptContent] = []
         self.warnings: list[str] = []
-        self.redacted: dict[str, bytes] = {}  # read before pruning removes them, to look for them elsewhere
-
-    def carry_everything(self, pending: _Pending) -> None:
+        # The redacted contents, read before pruning removes them, to look for them elsewhere.
         with translated("reading the redacted contents"):
-            self.redacted = {b: self._git.read_blob(b) for b in pending.blobs if self._git.has_object(b)}
+            self.redacted = {b: self._git.read_blob(b) for b in blobs if self._git.has_object(b)}
+
+    def carry_everything(self) -> None:
         with translated("moving refs onto the rewritten history"):
             self._carry_checkout()
             for name, old in sorted(self._git.direct_refs().items()):
@@ -474,9 +471,8 @@ class _Carrier:
         return self._git.recommit(str(commit.id), tree, new_parents)
 
     def _scrub(self, commit: str, where: str) -> str:
-        """A memsync record without the exact copies of redacted content it holds (a conflict's ``base``
-        and ``remote``); a file that merely contains redacted bytes among others (the conflict markers,
-        the user's ``local`` side) is the user's work: kept, and reported."""
+        """A memsync record without its exact copies of redacted content (a conflict's ``base``, ``remote``);
+        a file that merely contains redacted bytes (the markers, the ``local`` side) is kept, and reported."""
         if not self.redacted:
             return commit
         files = self._git.tree_files(commit)
@@ -529,16 +525,13 @@ class _Carrier:
             return  # already carried (a rerun after a kill), or the user's (see _report_working_tree)
         if after is None:
             file.unlink()
-            with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
-                for folder in Path(path).parents[:-1]:
-                    (self._git.workdir / folder).rmdir()
+            prune_folders(self._git.workdir, path)
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
             replace_file(file, self._git.read_blob(after))
 
     def _report_working_tree(self) -> None:
-        """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
-        said so (the index's blob is an object of the repository, the file is the user's)."""
+        """Staged entries and changed working-tree files that hold redacted bytes: kept, and said so."""
         if not self.redacted:
             return
         index = self._git.index()
@@ -579,8 +572,6 @@ class _Carrier:
             self.moved.append(STASH_REF)
 
     def _carry_ids(self, data: bytes, where: str) -> bytes:
-        """``data`` with every commit id in it replaced by the one standing for it on the new history."""
-
         def carried(match: re.Match[bytes]) -> bytes:
             commit = match.group(0).decode("ascii")
             if self._git.object_type(commit) != "commit":
