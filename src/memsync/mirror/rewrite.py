@@ -275,20 +275,14 @@ class _OldCommit:
 
 def _read_history(mirror: Mirror) -> list[_OldCommit]:
     tip = mirror.tip()
-    if tip is None:
-        return []
     with translated("reading the imported history"):
-        return [
-            _OldCommit(str(c.id), parse_message(c.message, str(c.id)), c)
-            for c in mirror.git.walk(tip, oldest_first=True)
-        ]
+        commits = list(mirror.git.walk(tip, oldest_first=True)) if tip is not None else []
+        return [_OldCommit(str(c.id), parse_message(c.message, str(c.id)), c) for c in commits]
 
 
 def _written_path(trailers: Trailers) -> str | None:
     """The memory path whose file the commit set (a redacted one too); None when it set none."""
-    if trailers.operation == "deleted" or trailers.skipped is not None:
-        return None
-    return trailers.memory_path
+    return None if trailers.operation == "deleted" or trailers.skipped is not None else trailers.memory_path
 
 
 def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
@@ -551,8 +545,8 @@ class _Carrier:
 
     def _carry_stash(self) -> None:
         """Every stash entry onto the new history; its reflog rewritten line by line (keeps dates)."""
-        old_stash = self._git.ref_target(STASH_REF)
-        if old_stash is None:
+        old = self._git.ref_target(STASH_REF)
+        if old is None:
             return
         log_file = self._mirror.git_dir / "logs" / STASH_REF
         try:
@@ -561,14 +555,12 @@ class _Carrier:
             lines = []
         # A line starts with the old and the new id (40 hex digits each, a space between).
         rewritten = [self._carry_ids(line[:81], STASH_REF) + line[81:] for line in lines]
-        new_stash = self._carry(old_stash, STASH_REF)
-        if new_stash != old_stash:
-            self._git.set_ref_if_equals(
-                STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
-            )
+        new = self._carry(old, STASH_REF)
+        if new != old:
+            self._git.set_ref_if_equals(STASH_REF, new, old, message="memsync: carried over a redaction")
         if rewritten != lines:
             replace_file(log_file, b"".join(rewritten))
-        if new_stash != old_stash or rewritten != lines:
+        if new != old or rewritten != lines:
             self.moved.append(STASH_REF)
 
     def _carry_ids(self, data: bytes, where: str) -> bytes:
