@@ -1,10 +1,7 @@
 """Rewriting a mirror's history after a redaction, so no object holds the redacted content, or after the
-path spelling rules changed: the commits from the first affected one on get the ids a fresh import made
-now would have, and everything else follows (docs/backup.md, "Redaction propagates").
-
-Crash order, so the next full scan finishes a killed rewrite: the new history is written on a private
-ref, the other refs and the checkout follow, ``memstore/main`` moves last; the ``rewrite-pending``
-intent names what is still to prune until pruning is done.
+path spelling rules changed, to the ids a fresh import made now would have (docs/backup.md, "Redaction
+propagates"). Crash order, so the next full scan finishes a killed rewrite: the new history is written on
+a private ref, the other refs and the checkout follow, ``memstore/main`` moves last.
 """
 
 from __future__ import annotations
