@@ -1,26 +1,15 @@
-"""Rewriting a mirror's history after a redaction, so the redacted content is in no object of the
-repository, or after the path spelling rules changed (docs/design.md §2, "Redaction propagates";
-docs/backup.md walks through a rewrite).
-
-The commits from the first affected one on are derived again by the deterministic :class:`HistoryWriter`,
-with the ids a fresh import made now would have. Every ref, the stash, the pseudo-refs, the index and the
-working tree follow them, keeping the user's unpushed work (redacted bytes in it are reported), and what
-nothing reaches any more is pruned. A blob that a version which is not redacted also uses stays.
-
-Crash order, so the next full scan finishes a killed rewrite: the new history is written on a private
-ref, the other refs and the checkout follow, ``memstore/main`` moves last. The state's ``rewrite-pending``
-intent names what is still to prune until pruning is done; its ``superseded`` intent collects the old
-commit ids a backup may force-update a remote ref from.
+"""Rewriting a mirror's history after a redaction, so no object holds the redacted content, or after the
+path spelling rules changed, to the ids a fresh import made now would have (docs/backup.md, "Redaction
+propagates"). Crash order, so the next full scan finishes a killed rewrite: the new history is written on
+a private ref, the other refs and the checkout follow, ``memstore/main`` moves last.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -31,6 +20,7 @@ from memsync.mirror.gitstore import blob_at, replace_file
 from memsync.mirror.history import HistoryWriter, PathMap, VersionRecord, apply_trailers
 from memsync.mirror.paths import quote_for_message, unquote_from_message
 from memsync.mirror.trailers import Trailers, parse_message
+from memsync.mirror.worktree import prune_folders
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -56,17 +46,15 @@ class KeptContent:
 
 @dataclass(frozen=True)
 class RewriteReport:
-    """What a rewrite did: ``commits`` of ``memstore/main`` derived again from ``first_commit`` (its old
-    id) on, other ``refs`` moved, and the redacted blobs ``removed`` from every object, ``shared`` with
-    a version that is not redacted, ``kept`` in unpushed work, or ``remaining`` for a reason memsync
-    could not name (an error)."""
+    """What a rewrite did: the redacted blobs ``removed`` from every object, ``shared`` with a version
+    that is not redacted, ``kept`` in unpushed work, or ``remaining`` for a reason memsync cannot name."""
 
     versions: tuple[str, ...]
-    first_commit: str | None
+    first_commit: str | None  # the old id of the first commit of memstore/main derived again
     old_tip: str | None
     new_tip: str | None
     commits: int
-    refs: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()  # the other refs moved
     removed: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
     kept: tuple[KeptContent, ...] = ()
@@ -136,8 +124,7 @@ class Rewriter:
         return self.mirror.git.state.get("rewrite-pending") is not None
 
     def defer(self, versions: Iterable[str]) -> None:
-        """Note that a rewrite is due for ``versions`` without doing it now (:meth:`pending` is then
-        true, so the next pull looks again at every redacted commit and rewrites)."""
+        """Note a rewrite due for ``versions`` without doing it: the next pull rewrites (:meth:`pending`)."""
         pending = _Pending.load(self.mirror) or _Pending()
         pending.versions.extend(v for v in versions if v not in pending.versions)
         pending.save(self.mirror)
@@ -145,15 +132,10 @@ class Rewriter:
     def redact(
         self, records: Iterable[VersionRecord], *, recontent: Mapping[str, bytes | None] | None = None
     ) -> RewriteReport | None:
-        """Rewrite the mirror so the versions of ``records`` are redacted in it; None when there was
-        nothing to do. Also finishes the pruning an interrupted rewrite left pending.
-
-        ``records`` are the redacted versions exactly as a fresh import would add them (content None, or
-        the live memory's current content when the API still serves it under the kept hash); versions
-        the history does not hold are ignored. ``recontent`` names versions whose commits record them as
-        redacted already, with the content a fresh import would now write: None where the memory no
-        longer serves the kept hash (its content leaves the mirror), or the bytes it serves again.
-        """
+        """Rewrite the mirror so the versions of ``records`` (as a fresh import would add them now) are
+        redacted in it, and finish the pruning an interrupted rewrite left; None when nothing was to do.
+        ``recontent`` names versions whose commits record them as redacted already, with the content a
+        fresh import would now write (None: the memory no longer serves the kept hash)."""
         mirror = self.mirror
         replacements = {record.version_id: record for record in records}
         recontent = dict(recontent or {})
@@ -162,16 +144,15 @@ class Rewriter:
             return None  # the common full scan: nothing redacted since the import, nothing owed
         history = _read_history(mirror)
 
-        def is_affected(old: _OldCommit) -> bool:
-            version = old.trailers.version_id
-            if version in replacements:
+        def is_affected(trailers: Trailers) -> bool:
+            if trailers.version_id in replacements:
                 # A commit that already records its version as redacted was written from a redacted version.
-                return not old.trailers.redacted
-            if version in recontent and old.trailers.redacted:
-                return (_written_path(old.trailers) is not None) != (recontent[version] is not None)
+                return not trailers.redacted
+            if trailers.version_id in recontent and trailers.redacted:
+                return (_written_path(trailers) is not None) != (recontent[trailers.version_id] is not None)
             return False
 
-        affected = [i for i, old in enumerate(history) if is_affected(old)]
+        affected = [i for i, old in enumerate(history) if is_affected(old.trailers)]
         if not affected and pending is None:
             return None
         pending = pending or _Pending()
@@ -181,10 +162,8 @@ class Rewriter:
             blob = _written_blob(mirror, old)
             if blob is not None:
                 pending.blobs[blob] = hashlib.sha256(mirror.git.read_blob(blob)).hexdigest()
-        if affected:
-            pending.save(
-                mirror
-            )  # before anything changes: from here on, a kill leaves a note of what to prune
+        if affected:  # before anything changes: from here on, a kill leaves a note of what to prune
+            pending.save(mirror)
         start = affected[0] if affected else None
         return _rewrite(mirror, history, start, pending, "redaction", replacements, recontent)
 
@@ -193,24 +172,20 @@ class Rewriter:
         return self.mirror.git.state.get("spelling-rules") != SPELLING_RULES
 
     def respell(self) -> RewriteReport | None:
-        """Rewrite, as a redaction is, the history a memsync without spelling rules 5 and 6 wrote if any
-        of its trees needs them (docs/mirror.md, "Path spelling"). None when nothing needed it (the
-        mirror is then noted as checked, and not read again). The caller also owns the checkout.
-        """
-        mirror = self.mirror
+        """Rewrite, as a redaction does, a history whose trees spelling rules 5 and 6 (docs/mirror.md, "Path
+        spelling") would spell otherwise; None when none would. The caller also owns the checkout."""
         if not self.respelling_due():
             return None
-        history = _read_history(mirror)
+        history = _read_history(self.mirror)
         paths = PathMap()
         report = None
         for index, old in enumerate(history):
             apply_trailers(paths, old.trailers)
-            if (
-                paths.novel and old.trailers.format == 1
-            ):  # format 1's rules spelled its tree, today's would not
-                report = _rewrite(mirror, history, index, _Pending(), "spelling", {}, {})
+            # Format 1's rules spelled this tree, today's would not.
+            if paths.novel and old.trailers.format == 1:
+                report = _rewrite(self.mirror, history, index, _Pending(), "spelling", {}, {})
                 break
-        mirror.git.state.put("spelling-rules", SPELLING_RULES)
+        self.mirror.git.state.put("spelling-rules", SPELLING_RULES)
         return report
 
 
@@ -223,16 +198,16 @@ def _rewrite(
     replacements: Mapping[str, VersionRecord],
     recontent: Mapping[str, bytes | None],
 ) -> RewriteReport:
-    """Derive ``history[start:]`` again on :data:`WORK_REF` (start None: only pruning is owed), carry
-    everything else over, move ``memstore/main``, prune what nothing reaches, and check what remains."""
+    """Derive ``history[start:]`` again (start None: only pruning is owed), carry everything else over,
+    move ``memstore/main``, prune what nothing reaches, and check what remains."""
     old_tip = new_tip = mirror.tip()
     parent = history[start - 1].id if start else None  # the last commit the rewrite keeps
     mapping: dict[str, str] = {}  # old → new id of every rewritten commit
     if start is not None:
         new_tip, mapping = _derive(mirror, history[start:], parent, replacements, recontent)
         crash_point("rewrite.history_written")
-    carrier = _Carrier(mirror, mapping, parent)
-    carrier.carry_everything(pending)
+    carrier = _Carrier(mirror, mapping, parent, pending.blobs)
+    carrier.carry_everything()
     crash_point("rewrite.refs_carried")
     # Synced before memstore/main moves: a backup may force-update a remote ref only from these.
     superseded = [old for old, new in {**mapping, **carrier.replaced}.items() if old != new]
@@ -252,8 +227,7 @@ def _rewrite(
     mirror.git.drop_unreachable(keep_reflog=STASH_REF)
     crash_point("rewrite.pruned")
 
-    # The SHA-256 of every content a version of the history as it is now wrote: the trailers of the
-    # commits before ``start`` were read already, the rewritten ones are read again.
+    # The SHA-256 of every content the history now writes: the commits before ``start`` were read already.
     trailers = [old.trailers for old in history[: start or 0]]
     tip = mirror.tip()
     if tip is not None:
@@ -264,7 +238,7 @@ def _rewrite(
         removed = [blob for blob in sorted(pending.blobs) if not mirror.git.has_object(blob)]
     shared = [b for b in sorted(pending.blobs) if b not in removed and pending.blobs[b] in in_history]
     remaining = sorted(set(pending.blobs) - {*removed, *shared, *(k.blob for k in carrier.kept)})
-    kept = carrier.kept + _scan_state_files(mirror, carrier.redacted.values())
+    carrier.scan_state_files()
     if remaining:
         carrier.warnings.append(
             f"{len(remaining)} redacted content(s) are still in the repository and memsync cannot tell"
@@ -277,19 +251,16 @@ def _rewrite(
         versions=tuple(pending.versions),
         first_commit=next(iter(mapping), None),
         old_tip=old_tip,
-        new_tip=mirror.tip(),
+        new_tip=tip,
         commits=len(mapping),
         refs=tuple(carrier.moved),
         removed=tuple(removed),
         shared=tuple(shared),
-        kept=tuple(kept),
+        kept=tuple(carrier.kept),
         remaining=tuple(remaining),
         warnings=tuple(carrier.warnings),
         reason=reason,
     )
-
-
-# --- the old history --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,26 +271,18 @@ class _OldCommit:
 
 
 def _read_history(mirror: Mirror) -> list[_OldCommit]:
-    """The commits of ``memstore/main``, oldest first."""
     tip = mirror.tip()
-    if tip is None:
-        return []
     with translated("reading the imported history"):
-        return [
-            _OldCommit(str(c.id), parse_message(c.message, str(c.id)), c)
-            for c in mirror.git.walk(tip, oldest_first=True)
-        ]
+        commits = list(mirror.git.walk(tip, oldest_first=True)) if tip is not None else []
+        return [_OldCommit(str(c.id), parse_message(c.message, str(c.id)), c) for c in commits]
 
 
 def _written_path(trailers: Trailers) -> str | None:
     """The memory path whose file the commit set (a redacted one too); None when it set none."""
-    if trailers.operation == "deleted" or trailers.skipped is not None:
-        return None
-    return trailers.memory_path
+    return None if trailers.operation == "deleted" or trailers.skipped is not None else trailers.memory_path
 
 
 def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
-    """The blob a commit wrote for its version (None when it wrote none)."""
     path = _written_path(old.trailers)
     if path is None:
         return None
@@ -329,10 +292,9 @@ def _written_blob(mirror: Mirror, old: _OldCommit) -> str | None:
 
 
 def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
-    """The version's ``path`` as the import got it: ``Memory-Path`` when the commit wrote or removed a
-    file, else the summary line's (the memory's known path when the record had none). Anthropic drops
-    both the path and the hash of a redacted version, so such a commit had no path: None lets the writer
-    name the memory by its path in the new history, as a fresh import does."""
+    """The version's ``path`` as the import got it: ``Memory-Path``, else the summary line's. Anthropic
+    drops both the path and the hash of a redacted version: None lets the writer name the memory by its
+    path in the new history, as a fresh import does."""
     trailers = old.trailers
     if trailers.memory_path is not None:
         return trailers.memory_path
@@ -359,9 +321,8 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
     writes = _written_path(trailers) is not None
     moved_from = known if writes and known is not None and known != trailers.memory_path else None
     content: bytes | None = None
-    # The writer needs the bytes of a redacted version that still wrote content (the live memory's
-    # current content: a hash alone would not make it write the file), and of content the mirror
-    # cannot find by its hash.
+    # The writer needs the bytes of a redacted version that still wrote content (a hash alone would not
+    # make it write the file), and of content the mirror cannot find by its hash.
     if writes and (
         trailers.redacted
         or trailers.content_sha256 is None
@@ -423,13 +384,12 @@ def _derive(
     return tip, dict(zip((old.id for old in rewritten), writer.written, strict=True))
 
 
-# --- carrying everything else over ------------------------------------------------------------------
-
-
 class _Carrier:
     """Moves refs, the stash, pseudo-refs, the index and the working tree onto the new history."""
 
-    def __init__(self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None) -> None:
+    def __init__(
+        self, mirror: Mirror, mapping: Mapping[str, str], first_old: str | None, blobs: Iterable[str]
+    ) -> None:
         self._mirror = mirror
         self._git = mirror.git
         self._mapping = dict(mapping)  # old → new id of every rewritten commit
@@ -438,11 +398,11 @@ class _Carrier:
         self.moved: list[str] = []  # the refs and pseudo-refs that moved
         self.kept: list[KeptContent] = []
         self.warnings: list[str] = []
-        self.redacted: dict[str, bytes] = {}  # read before pruning removes them, to look for them elsewhere
-
-    def carry_everything(self, pending: _Pending) -> None:
+        # The redacted contents, read before pruning removes them, to look for them elsewhere.
         with translated("reading the redacted contents"):
-            self.redacted = {b: self._git.read_blob(b) for b in pending.blobs if self._git.has_object(b)}
+            self.redacted = {b: self._git.read_blob(b) for b in blobs if self._git.has_object(b)}
+
+    def carry_everything(self) -> None:
         with translated("moving refs onto the rewritten history"):
             self._carry_checkout()
             for name, old in sorted(self._git.direct_refs().items()):
@@ -460,7 +420,15 @@ class _Carrier:
                     self._git.set_ref_if_equals(name, new, old, message="memsync: carried over a redaction")
                     self.moved.append(name)
             self._carry_stash()
-            self._carry_pseudo_refs()
+            for name in PSEUDO_REFS:
+                file = self._mirror.git_dir / name
+                try:
+                    data = file.read_bytes()
+                except FileNotFoundError:
+                    continue
+                if (updated := self._carry_ids(data, name)) != data:
+                    replace_file(file, updated)
+                    self.moved.append(name)
 
     def _carry(self, commit: str, where: str) -> str:
         """The commit on the new history that stands for ``commit``."""
@@ -494,9 +462,8 @@ class _Carrier:
         return self._git.recommit(str(commit.id), tree, new_parents)
 
     def _scrub(self, commit: str, where: str) -> str:
-        """A memsync record without the exact copies of redacted content it holds (a conflict's ``base``
-        and ``remote``); a file that merely contains redacted bytes among others (the conflict markers,
-        the user's ``local`` side) is the user's work: kept, and reported."""
+        """A memsync record without its exact copies of redacted content (a conflict's ``base``, ``remote``);
+        a file that merely contains redacted bytes (the markers, the ``local`` side) is kept, and reported."""
         if not self.redacted:
             return commit
         files = self._git.tree_files(commit)
@@ -549,16 +516,13 @@ class _Carrier:
             return  # already carried (a rerun after a kill), or the user's (see _report_working_tree)
         if after is None:
             file.unlink()
-            with contextlib.suppress(OSError):  # a folder that is not empty stays, and those above it
-                for folder in Path(path).parents[:-1]:
-                    (self._git.workdir / folder).rmdir()
+            prune_folders(self._git.workdir, path)
         else:
             file.parent.mkdir(parents=True, exist_ok=True)
             replace_file(file, self._git.read_blob(after))
 
     def _report_working_tree(self) -> None:
-        """Staged entries and working-tree files the user changed that hold redacted bytes: kept, and
-        said so (the index's blob is an object of the repository, the file is the user's)."""
+        """Staged entries and changed working-tree files that hold redacted bytes: kept, and said so."""
         if not self.redacted:
             return
         index = self._git.index()
@@ -578,8 +542,8 @@ class _Carrier:
 
     def _carry_stash(self) -> None:
         """Every stash entry onto the new history; its reflog rewritten line by line (keeps dates)."""
-        old_stash = self._git.ref_target(STASH_REF)
-        if old_stash is None:
+        old = self._git.ref_target(STASH_REF)
+        if old is None:
             return
         log_file = self._mirror.git_dir / "logs" / STASH_REF
         try:
@@ -588,30 +552,15 @@ class _Carrier:
             lines = []
         # A line starts with the old and the new id (40 hex digits each, a space between).
         rewritten = [self._carry_ids(line[:81], STASH_REF) + line[81:] for line in lines]
-        new_stash = self._carry(old_stash, STASH_REF)
-        if new_stash != old_stash:
-            self._git.set_ref_if_equals(
-                STASH_REF, new_stash, old_stash, message="memsync: carried over a redaction"
-            )
+        new = self._carry(old, STASH_REF)
+        if new != old:
+            self._git.set_ref_if_equals(STASH_REF, new, old, message="memsync: carried over a redaction")
         if rewritten != lines:
             replace_file(log_file, b"".join(rewritten))
-        if new_stash != old_stash or rewritten != lines:
+        if new != old or rewritten != lines:
             self.moved.append(STASH_REF)
 
-    def _carry_pseudo_refs(self) -> None:
-        for name in PSEUDO_REFS:
-            file = self._mirror.git_dir / name
-            try:
-                data = file.read_bytes()
-            except FileNotFoundError:
-                continue
-            if (updated := self._carry_ids(data, name)) != data:
-                replace_file(file, updated)
-                self.moved.append(name)
-
     def _carry_ids(self, data: bytes, where: str) -> bytes:
-        """``data`` with every commit id in it replaced by the one standing for it on the new history."""
-
         def carried(match: re.Match[bytes]) -> bytes:
             commit = match.group(0).decode("ascii")
             if self._git.object_type(commit) != "commit":
@@ -619,6 +568,15 @@ class _Carrier:
             return self._carry(commit, where).encode("ascii")
 
         return _HEX40.sub(carried, data)
+
+    def scan_state_files(self) -> None:
+        """Files of other memsync parts under ``.git/memsync/`` that hold redacted bytes: reported."""
+        state_dir = self._mirror.state_dir
+        for file in sorted(state_dir.rglob("*")) if any(self.redacted.values()) else []:
+            small = file.is_file() and file.stat().st_size <= 64 << 20
+            if small and self._contains_redacted(file.read_bytes()):
+                where = f".git/memsync/{file.relative_to(state_dir).as_posix()}"
+                self.kept.append(KeptContent(where, None, None))
 
 
 def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> list[tuple[str, str | None, str | None]]:
@@ -635,17 +593,3 @@ def _tree_changes(old: pygit2.Tree, new: pygit2.Tree) -> list[tuple[str, str | N
             after = str(delta.new_file.id)
         changes[path] = (before, after)
     return sorted(((p, b, a) for p, (b, a) in changes.items()), key=lambda c: (c[2] is not None, c[0]))
-
-
-def _scan_state_files(mirror: Mirror, contents: Iterable[bytes]) -> list[KeptContent]:
-    """Files of other memsync parts under ``.git/memsync/`` that hold redacted bytes (reported)."""
-    wanted = [content for content in contents if content]
-    found = []
-    for file in sorted(mirror.state_dir.rglob("*")) if wanted else []:
-        if file.is_file() and file.stat().st_size <= 64 << 20:
-            data = file.read_bytes()
-            if any(content in data for content in wanted):
-                found.append(
-                    KeptContent(f".git/memsync/{file.relative_to(mirror.state_dir).as_posix()}", None, None)
-                )
-    return found

@@ -1,23 +1,9 @@
 """What a commit holds, as the push engine needs it, and the commit ``refs/memsync/base`` points at.
 
-A *snapshot* maps each memory path of a commit's tree to its blob, the SHA-256 of its content (the
-API's ``content_sha256``) and the memory id that owns it (for imported commits, from the trailers).
-
-The base is the commit the checkout was last reconciled with: usually an imported commit. When the
-reconciled state differs from every imported one (a rejected file, a withheld delete or an open
-conflict keeps its old entry), memsync writes a *base commit* of its own: its tree holds exactly the
-reconciled files (so ``git diff refs/memsync/base`` shows what is still local), its parent is the
-imported tip it was made next to, and its message lists the memory id of every file::
-
-    memsync base
-
-    mem_01HZX3 notes/a.md
-    mem_01HZX4 "odd\\npath.md"
-
-    Memsync-Base: 1
-
-Paths there are spelt like trailers (C-quoted when needed), so no path can add a line. Nothing but
-memsync reads or moves this ref; ``git gc`` keeps the commit alive through it.
+A *snapshot* maps each memory path of a commit's tree to its blob, its content's SHA-256 and the memory
+id that owns it. The base is the commit the checkout was last reconciled with: an imported commit, or a
+*base commit* of memsync's own when a held path keeps an older entry (docs/push.md, "refs/memsync/base").
+Its message lists the memory id of every file, paths C-quoted so that no path can add a line.
 """
 
 from __future__ import annotations
@@ -54,9 +40,8 @@ class SnapshotEntry:
 
 
 class Snapshots:
-    """The snapshots of a mirror's commits and of its base, with the SHA-256 of each blob they need:
-    the content index's answer, else computed. A blob's SHA-256 never changes, so :meth:`save` notes
-    what was computed in the content index for good (status and dry runs do not save)."""
+    """The snapshots of a mirror's commits and of its base. A blob's SHA-256 never changes, so :meth:`save`
+    keeps those computed in the content index for good (status and dry runs do not save)."""
 
     def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
@@ -65,16 +50,11 @@ class Snapshots:
     def sha256(self, blob: str) -> str:
         found = self._new.get(blob) or self.mirror.content_index.sha256_of(blob)
         if found is None:
-            found = hashlib.sha256(self.mirror.content(blob)).hexdigest()
-            self.learn(blob, found)
+            found = self._new[blob] = hashlib.sha256(self.mirror.content(blob)).hexdigest()
         return found
 
-    def learn(self, blob: str, sha256: str) -> None:
-        """Record ``blob``'s hash (computed here, or from the bytes memsync just wrote it from)."""
-        self._new.setdefault(blob, sha256)
-
     def save(self) -> None:
-        """Note what was learnt; a cache, so a failed write costs only hashing again later."""
+        """Note the hashes computed; a cache, so a failed write costs only hashing again later."""
         if self._new:
             with contextlib.suppress(MirrorError):
                 self.mirror.content_index.note({sha: blob for blob, sha in self._new.items()})
@@ -98,9 +78,8 @@ class Snapshots:
         return {path: SnapshotEntry(blob, self.sha256(blob), owners[path]) for path, blob in files.items()}
 
     def base(self) -> tuple[str | None, dict[str, SnapshotEntry]]:
-        """``(base commit, its snapshot)``. Without ``refs/memsync/base`` (an older memsync's mirror, or
-        lost), the last commit ``main`` shares with the imported history, so imported commits never
-        count as local."""
+        """``(base commit, its snapshot)``. Without ``refs/memsync/base``, the last commit ``main`` shares
+        with the imported history, so imported commits never count as local."""
         mirror = self.mirror
         commit = mirror.base()
         if commit is None:
@@ -134,11 +113,8 @@ class Snapshots:
         tip_snapshot: Mapping[str, SnapshotEntry],
         when: datetime | None = None,
     ) -> str:
-        """Point ``refs/memsync/base`` at a commit holding ``entries`` (compare-and-swap); its id.
-
-        That is ``tip`` itself when ``entries`` are exactly its snapshot (the usual case), else a base
-        commit of memsync's own whose parent is ``tip``.
-        """
+        """Point ``refs/memsync/base`` at a commit holding ``entries`` (compare-and-swap); its id: ``tip``
+        when ``entries`` are its snapshot (the usual case), else a base commit of memsync's own on ``tip``."""
         mirror = self.mirror
         if tip is not None and dict(entries) == dict(tip_snapshot):
             target = tip
@@ -146,9 +122,7 @@ class Snapshots:
         else:
             spelled = spell_all(entries)  # the paths as the working tree spells them
             tree = mirror.git.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
-            body = "".join(
-                f"{entries[path].memory_id} {quote_for_message(path)}\n" for path in sorted(entries)
-            )
+            body = "".join(f"{entries[p].memory_id} {quote_for_message(p)}\n" for p in sorted(entries))
             message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"
             stamp = int((when or datetime.now(UTC)).timestamp())
             signature = pygit2.Signature("memsync", "memsync@localhost", stamp, 0)
@@ -158,22 +132,17 @@ class Snapshots:
         return target
 
     def store_blob(self, data: bytes) -> str:
-        """Write ``data`` as a (loose) blob; its id. The content index learns it too, so importing the
-        version a push made with it fetches nothing."""
-        mirror = self.mirror
+        """Write ``data`` as a blob; its id. The content index learns it too, so importing the version a
+        push made with it fetches nothing."""
         sha = hashlib.sha256(data).hexdigest()
-        blob = mirror.git.create_blob(data)
-        mirror.content_index.note({sha: blob})
-        self.learn(blob, sha)
+        blob = self.mirror.git.create_blob(data)
+        self.mirror.content_index.note({sha: blob})
+        self._new.setdefault(blob, sha)
         return blob
 
     def keep_base_ids(self) -> None:
-        """While the base is the imported tip, keep its ``{path: memory id}`` in the state (``base-ids``).
-
-        An imported commit's ids are cheap only for the tip (its map is cached): once a pull moves the
-        tip past a base awaiting a reconcile, reading them would replay the whole history. So the cycle
-        calls this before pulling.
-        """
+        """While the base is the imported tip, keep its ``{path: memory id}`` in the state: called before a
+        pull, as once the tip moves past the base, reading them would replay the whole history."""
         mirror = self.mirror
         base = mirror.base()
         if base is not None and base == mirror.tip() and _kept_base_ids(mirror, base) is None:

@@ -12,15 +12,13 @@ from collections.abc import Iterable
 
 from memsync.mirror.paths import decode_path, directory_prefixes, encode_path, folded_segments
 
-_CACHE_SIZE = 1 << 16
 
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
+@functools.lru_cache(maxsize=1 << 16)
 def decoded(tree_path: str) -> str:
     return decode_path(tree_path)
 
 
-@functools.lru_cache(maxsize=_CACHE_SIZE)
+@functools.lru_cache(maxsize=1 << 16)
 def encoded(memory_path: str, directory_sibling: bool = False, folded: tuple[int, ...] = ()) -> str:
     return encode_path(memory_path, directory_sibling=directory_sibling, folded=folded)
 
