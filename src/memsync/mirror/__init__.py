@@ -9,7 +9,6 @@ repository. It writes one deterministic commit per memory version, keeps the ref
 """
 
 from memsync.mirror.backups import BackupRepository, BackupTarget
-from memsync.mirror.branch import main_rewind
 from memsync.mirror.clone import Clone
 from memsync.mirror.conflicts import Merger
 from memsync.mirror.fastimport import blob_id
@@ -41,5 +40,4 @@ __all__ = [
     "encode_paths",
     "escape_for_terminal",
     "inferred_version_id",
-    "main_rewind",
 ]

@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pygit2
+from pygit2.enums import DeltaStatus
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
 from memsync.mirror.paths import quote_for_message, unquote_from_message
-from memsync.mirror.spellings import spell_all
+from memsync.mirror.spellings import decoded, spell_all
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -52,6 +53,30 @@ class Snapshots:
         if found is None:
             found = self._new[blob] = hashlib.sha256(self.mirror.content(blob)).hexdigest()
         return found
+
+    def rewind(self, base: str | None) -> tuple[str | None, int, dict[str, str | None]] | None:
+        """How far ``main`` was moved back behind the base (``git reset --hard HEAD~2``), or None: the
+        base's reconciled import must be missing from ``main``'s history (commits after it are no rewind).
+
+        ``(fork, versions, before)``, the push engine's ``Rewind``: the newest imported commit ``main``
+        still contains (None: none), how many imported versions lie between it and the reconciled commit,
+        and each memory path they changed with its content's SHA-256 at ``fork`` (None: absent there).
+        """
+        git = self.mirror.git
+        main = self.mirror.main()
+        reconciled = reconciled_import(self.mirror, base) if base is not None else None
+        if main is None or reconciled is None or git.is_ancestor(reconciled, main):
+            return None
+        with translated("finding where main was moved back to"):
+            fork = git.merge_base(main, reconciled)
+            versions = sum(1 for _ in git.walk(reconciled, since=fork))
+            before: dict[str, str | None] = {}
+            for delta in git.tree(fork).diff_to_tree(git.tree(reconciled)).deltas:
+                if delta.status != DeltaStatus.ADDED:
+                    before[decoded(delta.old_file.path)] = self.sha256(str(delta.old_file.id))
+                if delta.status != DeltaStatus.DELETED:
+                    before.setdefault(decoded(delta.new_file.path), None)
+        return fork, versions, before
 
     def save(self) -> None:
         """Note the hashes computed; a cache, so a failed write costs only hashing again later."""

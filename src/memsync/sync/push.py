@@ -62,7 +62,7 @@ from memsync.engine.reconcile import (
     plan,
 )
 from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
-from memsync.mirror import Merger, Mirror, Snapshots, main_rewind
+from memsync.mirror import Merger, Mirror, Snapshots
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
 from memsync.mirror.snapshots import SnapshotEntry
@@ -195,9 +195,9 @@ def report_notices(mirror: Mirror, report: PushReport, done: Plan, scan: Worktre
         report.rejected.append({"path": tree_path, "reason": f"not pushed: {reason}"})
 
 
-def rewind_of(mirror: Mirror, base_ref: str | None, snaps: Snapshots) -> Rewind | None:
+def rewind_of(base_ref: str | None, snaps: Snapshots) -> Rewind | None:
     """The rewind guard's input: how far ``main`` was moved back behind the base, if it was."""
-    found = main_rewind(mirror, base_ref, snaps)
+    found = snaps.rewind(base_ref)
     return None if found is None else Rewind(*found)
 
 
@@ -281,7 +281,7 @@ class _Execution:
         self.snapshots.setdefault(base_ref, base)
         # A finished round wrote its markers and moved the base over its conflicts.
         self.conflicted, self.conflict_writes = {}, {}
-        rewind = rewind_of(self.mirror, base_ref, self.snaps)
+        rewind = rewind_of(base_ref, self.snaps)
         for _ in range(MAX_ATTEMPTS):
             self.report.attempts += 1
             tip = self.mirror.tip()
@@ -698,7 +698,7 @@ def _predict(
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
         force=force,
-        rewind=rewind_of(mirror, base_ref, snaps),
+        rewind=rewind_of(base_ref, snaps),
     )
     predicted = report.predicted
     for action in current.actions:

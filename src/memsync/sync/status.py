@@ -152,7 +152,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         dialect=dialect,
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
-        rewind=rewind_of(mirror, base_ref, snaps),
+        rewind=rewind_of(base_ref, snaps),
     )
     notes = PushReport(id=report.id)
     report_notices(mirror, notes, current, scan)
