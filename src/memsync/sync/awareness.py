@@ -394,17 +394,7 @@ def _write(
             path: None if shown is None else (shown[1], readers[shown[0]])
             for path, shown in step.visible.items()
         }
-        writer.add(
-            visible,
-            ViewCommit(
-                store_id=store_id,
-                version=commit.version,
-                author=commit.author,
-                committer=commit.committer,
-                paths=tuple(sorted(commit.changes)),
-                shadowed=step.shadowed,
-            ),
-        )
+        writer.add(visible, ViewCommit(store_id, commit, step.shadowed))
     report.tip = writer.finish()
     report.commits = writer.commits
     report.collisions = namespace.collisions()
