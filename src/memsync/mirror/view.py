@@ -70,14 +70,6 @@ class ViewCommit:
     shadowed: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ViewEdit:
-    """A difference of the view's working tree from its ``main``: ``added``, ``modified`` or ``deleted``."""
-
-    tree_path: str
-    change: str
-
-
 def format_view_message(commit: ViewCommit) -> str:
     """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
     version = commit.source.version
@@ -216,11 +208,6 @@ class View:
             return "HEAD is not on main: run `git checkout main` in the view"
         return None
 
-    def files(self, commit: str | None = None) -> dict[str, str]:
-        """``{memory_path: blob id}`` of ``commit`` (default: ``main``); empty before the first commit."""
-        found = self.git.tree_files(commit or self.tip())
-        return {decode_path(tree_path): blob for tree_path, blob in found.items()}
-
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
         """Commits after ``since`` up to ``tip`` (newest first) without the view's format trailer:
         someone committed in the view."""
@@ -233,19 +220,19 @@ class View:
                     found.append(str(commit.id))
         return found
 
-    def edits(self) -> list[ViewEdit]:
-        """How the working tree differs from ``main``'s tree (not the index: a staged edit counts too),
-        sorted: edits nobody will push."""
+    def edits(self) -> list[tuple[str, str]]:
+        """``(tree path, "added", "modified" or "deleted")`` of each difference of the working tree from
+        ``main``'s tree (not the index: a staged edit counts too), sorted: edits nobody will push."""
         flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
         kinds = {DeltaStatus.ADDED: "added", DeltaStatus.UNTRACKED: "added", DeltaStatus.DELETED: "deleted"}
         with translated("comparing the view's checkout with main"):
             deltas = self.git.tree(self.tip()).diff_to_workdir(flags).deltas
             found = [
-                ViewEdit(delta.new_file.path, kinds.get(delta.status, "modified"))
+                (delta.new_file.path, kinds.get(delta.status, "modified"))
                 for delta in deltas
                 if delta.status is not DeltaStatus.UNMODIFIED
             ]
-        return sorted(found, key=lambda e: e.tree_path)
+        return sorted(found, key=lambda edit: edit[0])
 
     def read_state(self) -> dict[str, Any] | None:
         """The record of the last build (the state's ``view`` cache: without it the view is rebuilt)."""
@@ -271,7 +258,7 @@ class ViewWriter:
         self._expected = view.tip()
         start = None if rebuild else self._expected
         self._tip = start  # the last commit of a finished batch
-        self._paths = PathMap({path: path for path in view.files(start)} if start else None)
+        self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
         self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)

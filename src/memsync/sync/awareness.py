@@ -480,8 +480,8 @@ def view_status(root: Path, path: Path) -> ViewStatus:
             report.mounts = list(state.get("mounts", []))
             report.collisions = list(state.get("collisions", []))
             owners: dict[str, str] = dict(state.get("owners", {}))
-            for edit in view.edits():
-                report.edits.append(_edit_entry(root, edit.tree_path, edit.change, owners))
+            for tree_path, change in view.edits():
+                report.edits.append(_edit_entry(root, tree_path, change, owners))
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
     return report
