@@ -24,12 +24,12 @@ from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decode_path, quote_for_message
+from memsync.mirror.refs import MAIN_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
 from memsync.mirror.trailers import parse_message
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
-_MAIN_REF = "refs/heads/main"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
 _VIEW_TRAILER = "Memsync-View-Format"
 
@@ -199,18 +199,17 @@ class View:
 
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        return self.git.ref_target(_MAIN_REF)
+        return self.git.ref_target(MAIN_REF)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
         head = self.git.head()
-        if head.target is not None and head.branch != _MAIN_REF:
+        if head.target is not None and head.branch != MAIN_REF:
             return "HEAD is not on main: run `git checkout main` in the view"
         return None
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
-        """Commits after ``since`` up to ``tip`` (newest first) without the view's format trailer:
-        someone committed in the view."""
+        """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write."""
         with translated("reading the view's history"):
             hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
             found = []
@@ -299,9 +298,7 @@ class ViewWriter:
 
     def finish(self) -> str | None:
         """Write what is pending, check the new tip out and move ``main`` (compare-and-swap); the tip.
-
-        A file edited in the view (or in the way) keeps the user's bytes and shows as an edit against
-        the new ``main``: never lost."""
+        A file edited in the view keeps the user's bytes and shows as an edit against ``main``: never lost."""
         self._write_batch()
         tip, expected = self._tip, self._expected
         if tip != expected:
@@ -321,9 +318,9 @@ class ViewWriter:
                             index.remove(path)
                     index.write()
             if tip is not None:
-                self._git.set_ref_if_equals(_MAIN_REF, tip, expected, message="memsync: awareness view")
+                self._git.set_ref_if_equals(MAIN_REF, tip, expected, message="memsync: awareness view")
             elif expected is not None:
-                self._git.delete_ref_if_equals(_MAIN_REF, expected)
+                self._git.delete_ref_if_equals(MAIN_REF, expected)
         if self._rebuild:
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
             self._git.drop_unreachable()
