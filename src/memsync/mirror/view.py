@@ -54,7 +54,6 @@ def _signature_line(signature: pygit2.Signature) -> bytes:
 class StoreCommit:
     """One imported version of a store, and the new blob id of each memory path it touched (None: removed)."""
 
-    commit: str
     version: ImportedVersion
     author: bytes
     committer: bytes
@@ -69,25 +68,24 @@ class ViewCommit:
     source: StoreCommit
     shadowed: tuple[str, ...]
 
-
-def format_view_message(commit: ViewCommit) -> str:
-    """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
-    version = commit.source.version
-    paths = sorted(commit.source.changes)
-    shown = quote_for_message(paths[0]) if paths else f"memory {version.memory_id}"
-    more = f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""
-    lines = [
-        f"{version.operation} {shown}{more} in {commit.store_id}",
-        "",
-        f"Memory-Store-Id: {commit.store_id}",
-        f"Memory-Version: {version.version_id}",
-        f"Memory-Id: {version.memory_id}",
-        f"Operation: {version.operation}",
-    ]
-    lines += [f"Memory-Path: {quote_for_message(path)}" for path in paths]
-    lines += [f"Shadowed-Store-Id: {store}" for store in commit.shadowed]
-    lines.append(f"{_VIEW_TRAILER}: {VIEW_FORMAT}")
-    return "\n".join(lines) + "\n"
+    def message(self) -> bytes:
+        """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
+        version = self.source.version
+        paths = sorted(self.source.changes)
+        shown = quote_for_message(paths[0]) if paths else f"memory {version.memory_id}"
+        more = f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""
+        lines = [
+            f"{version.operation} {shown}{more} in {self.store_id}",
+            "",
+            f"Memory-Store-Id: {self.store_id}",
+            f"Memory-Version: {version.version_id}",
+            f"Memory-Id: {version.memory_id}",
+            f"Operation: {version.operation}",
+        ]
+        lines += [f"Memory-Path: {quote_for_message(path)}" for path in paths]
+        lines += [f"Shadowed-Store-Id: {store}" for store in self.shadowed]
+        lines.append(f"{_VIEW_TRAILER}: {VIEW_FORMAT}")
+        return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 class View:
@@ -159,7 +157,7 @@ class View:
             # addition of the same memory path with the same blob: no change of that memory at all.
             changes: dict[str, str | None] = {path: None for path in removed if path not in added}
             changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-            yield StoreCommit(commit_id, version, author, committer, changes)
+            yield StoreCommit(version, author, committer, changes)
 
     def close(self) -> None:
         self.git.close()
@@ -289,7 +287,7 @@ class ViewWriter:
             parent=self._tip,
             author=commit.source.author,
             committer=commit.source.committer,
-            message=format_view_message(commit).encode("utf-8"),
+            message=commit.message(),
             changes=self._changes,
         )
         self.commits += 1
