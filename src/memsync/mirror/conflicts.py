@@ -1,15 +1,8 @@
 """Three-way merges of one memory, and conflicts recorded so that no side is ever lost (docs/push.md).
 
-Merging uses libgit2's file merge in a scratch repository outside the mirror, so predicting a merge
-(``push --dry-run``) writes nothing. libgit2 takes no labels and has no diff3 style: the markers read
-``local`` (the checkout) and ``remote`` (the store), and the base is kept in the record instead.
-
-A conflict is a commit under ``refs/memsync/conflicts/<name>`` (no parents) whose tree holds the sides
-``base`` (absent when both sides created the memory), ``local``, ``remote`` and ``markers`` (what was
-written into the checkout), and whose message (``conflict at <path>`` and trailers) names the memory,
-the reason, the store's memory id and each side's SHA-256. The ref keeps every side from ``git gc``.
-Ending one moves it to ``refs/memsync/resolved/<name>``. Memories may contain ``<<<<<<<`` naturally:
-only a record, never a marker in a file, makes a conflict.
+Merging happens in a scratch repository outside the mirror, so predicting a merge (``push --dry-run``)
+writes nothing. A conflict is a parentless commit under ``refs/memsync/conflicts/<name>`` whose tree
+keeps every side (the ref keeps them from ``git gc``); ending one moves it to ``refs/memsync/resolved/``.
 """
 
 from __future__ import annotations
@@ -52,21 +45,18 @@ class Merger:
         self._resources = ExitStack()
         self._store: GitStore | None = None
 
-    def _scratch(self) -> GitStore:
-        if self._store is None:
-            folder = tempfile.TemporaryDirectory(prefix="memsync-merge-", ignore_cleanup_errors=True)
-            action = "creating a scratch repository for merging"
-            self._store = GitStore(Path(self._resources.enter_context(folder)), create="bare", action=action)
-            self._resources.enter_context(self._store)
-        return self._store
-
     def merge(self, base: bytes | None, local: bytes, remote: bytes) -> MergeResult:
         """Merge ``local`` and ``remote`` over ``base`` (None: both sides created the file)."""
         if local == remote or remote == base:
             return MergeResult(True, local)
         if local == base:
             return MergeResult(True, remote)
-        clean, content = self._scratch().merge_file(base, (LOCAL_LABEL, local), (REMOTE_LABEL, remote))
+        if self._store is None:
+            folder = tempfile.TemporaryDirectory(prefix="memsync-merge-", ignore_cleanup_errors=True)
+            action = "creating a scratch repository for merging"
+            self._store = GitStore(Path(self._resources.enter_context(folder)), create="bare", action=action)
+            self._resources.enter_context(self._store)
+        clean, content = self._store.merge_file(base, (LOCAL_LABEL, local), (REMOTE_LABEL, remote))
         if base is None and clean:
             # Both sides created the memory: that is a conflict even when git could interleave them.
             return MergeResult(False, whole_file_markers(local, remote))
@@ -121,8 +111,7 @@ def ref_name(memory_path: str, prefix: str = CONFLICTS_PREFIX) -> str:
 
 
 class Conflicts:
-    """The conflicts recorded in one mirror's repository (``mirror.conflicts``): open, record, read
-    a side of, and end them."""
+    """The conflicts recorded in one mirror's repository (``mirror.conflicts``)."""
 
     def __init__(self, git: GitStore) -> None:
         self._git = git
@@ -149,21 +138,19 @@ class Conflicts:
         sides = {"remote": remote, "local": local, "base": base, "markers": markers}  # the trailers' order
         present = {name: data for name, data in sides.items() if data is not None}
         tree = self._git.write_flat_tree(present)
-        trailers = {
-            "Memsync-Conflict": "1",
-            "Conflict-Path": quote_for_message(memory_path),
-            "Reason": " ".join(reason.split()),
-            "Remote-Memory-Id": remote_memory_id,
-            **{
-                f"{name.capitalize()}-SHA256": hashlib.sha256(data).hexdigest()
-                for name, data in present.items()
-            },
-        }
-        message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(
-            f"{key}: {value}\n" for key, value in trailers.items()
-        )
-        commit = self._commit(tree, message, when)
+        lines = [
+            "Memsync-Conflict: 1",
+            f"Conflict-Path: {quote_for_message(memory_path)}",
+            f"Reason: {' '.join(reason.split())}",
+            f"Remote-Memory-Id: {remote_memory_id}",
+        ]
+        lines += [
+            f"{name.capitalize()}-SHA256: {hashlib.sha256(data).hexdigest()}"
+            for name, data in present.items()
+        ]
+        message = f"conflict at {quote_for_message(memory_path)}\n\n" + "".join(f"{line}\n" for line in lines)
         ref = ref_name(memory_path)
+        commit = self._commit(tree, message, when)
         self._git.set_ref_if_equals(ref, commit, None, message="memsync: conflict recorded")
         return self._parse(ref, commit)
 
@@ -195,11 +182,8 @@ class Conflicts:
     ) -> str:
         """Close the conflict; return the ref that keeps it, ``refs/memsync/resolved/<name>``.
 
-        Its new commit's tree is the conflict's plus ``replaced``, what the file held when the
-        resolution overwrote it (edits made after the conflict was recorded: ``--ours`` or
-        ``--theirs`` never loses them), and ``previous/``, the path's previous resolution, so every
-        resolution stays reachable in case it was the wrong pick.
-        """
+        The new commit's tree adds ``replaced`` (what the resolution overwrote: later edits are never
+        lost) and ``previous/``, the path's previous resolution, in case that was the wrong pick."""
         resolved = ref_name(record.memory_path, RESOLVED_PREFIX)
         previous = self._git.ref_target(resolved)
         tree = self._git.write_flat_tree(
@@ -207,18 +191,14 @@ class Conflicts:
             trees={"previous": previous} if previous is not None else None,
             base=record.commit,
         )
-        message = (
-            f"resolved {quote_for_message(record.memory_path)}\n\n"
-            f"Memsync-Resolved: 1\nConflict-Path: {quote_for_message(record.memory_path)}\n"
-            f"Resolution: {resolution}\n"
-        )
+        path = quote_for_message(record.memory_path)
+        message = f"resolved {path}\n\nMemsync-Resolved: 1\nConflict-Path: {path}\nResolution: {resolution}\n"
         commit = self._commit(tree, message, when)
         self._git.set_ref_if_equals(resolved, commit, previous, message="memsync: conflict resolved")
         self._git.delete_ref_if_equals(record.ref, record.commit)
         return resolved
 
     def _commit(self, tree: str, message: str, when: datetime | None) -> str:
-        """A parentless commit: a record, not history."""
         moment = (when or datetime.now(UTC)).astimezone(UTC)
         signature = pygit2.Signature("memsync", "memsync@localhost", int(moment.timestamp()), 0)
         return self._git.create_commit(tree, [], signature, message)

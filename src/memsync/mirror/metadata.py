@@ -1,8 +1,7 @@
-"""Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (never on memstore/main).
+"""Store and memory metadata, on their own branch ``refs/heads/memsync/metadata`` (docs/mirror.md).
 
-One snapshot commit per change of ``store.json`` and ``memories/<memory id>.json`` (docs/mirror.md):
-the same metadata always makes the same blobs, and commit times come from the caller, so snapshots
-are deterministic.
+The same metadata always makes the same blobs, and commit times come from the caller: snapshots are
+deterministic.
 """
 
 from __future__ import annotations
@@ -48,12 +47,9 @@ def write_metadata(
 ) -> str | None:
     """Record a snapshot; the new commit id, or None when nothing changed.
 
-    ``store`` replaces ``store.json`` (None keeps it). ``memories`` is the complete set of documents
-    (left-out memories' files are removed; None keeps them): pairs are consumed one at a time, so a
-    large store's documents are never all held at once, and if they raise nothing is recorded.
-    Without it, ``changed`` documents replace theirs and the ``removed`` memories' files go (what a
-    pull knows from the few memories it touched).
-    """
+    ``memories`` (all documents; None keeps them) is consumed one pair at a time, so a large store's
+    documents are never all held at once; if it raises nothing is recorded. Without it, ``changed``
+    documents replace theirs and the ``removed`` memories' files go."""
     if when.tzinfo is None:
         raise UnsafeInput("a metadata snapshot needs a timezone-aware time")
     parent = mirror.ref_target(METADATA_REF)
@@ -67,21 +63,19 @@ def write_metadata(
 
         if store is not None:
             put(STORE_FILE, _document(store, "the store"))
+        documents: Iterable[tuple[str, Mapping[str, Any]]] = sorted((changed or {}).items())
         if memories is not None:
-            seen: set[str] = set()
-            for memory_id, document in memories.items() if isinstance(memories, Mapping) else memories:
-                path = _memory_file(memory_id)
-                seen.add(path)
-                put(path, _document(document, f"memory {memory_id}"))
-            memory_files = (path for path in sorted(current) if path.startswith(f"{MEMORIES_DIR}/"))
-            changes += [Remove(path) for path in memory_files if path not in seen]
+            documents = memories.items() if isinstance(memories, Mapping) else memories
+        seen: set[str] = set()
+        for memory_id, document in documents:
+            path = _memory_file(memory_id)
+            seen.add(path)
+            put(path, _document(document, f"memory {memory_id}"))
+        if memories is not None:
+            gone = [path for path in sorted(current) if path.startswith(f"{MEMORIES_DIR}/")]
         else:
-            changed = changed or {}
-            for memory_id, document in sorted(changed.items()):
-                put(_memory_file(memory_id), _document(document, f"memory {memory_id}"))
-            for memory_id in sorted(set(removed) - set(changed)):
-                if (path := _memory_file(memory_id)) in current:
-                    changes.append(Remove(path))
+            gone = [_memory_file(memory_id) for memory_id in sorted(set(removed))]
+        changes += [Remove(path) for path in gone if path in current and path not in seen]
         if not changes:
             stream.abort()
             return None

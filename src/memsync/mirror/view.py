@@ -1,14 +1,7 @@
 """Awareness views: read-only git repositories whose tree is what an agent's sandbox sees (docs/awareness.md).
 
-A view lives at ``<mirror root>/awareness/<identity>/<template>/`` with ``main`` checked out. It is no
-mirror: no ``memstore`` remote, ``memsync.viewformat`` instead of ``memsync.mirrorformat`` (so
-:meth:`Mirror.open` refuses it), and nothing in it is ever pushed.
-
-This module is the git side: reading a store mirror's commits with the files each changed
-(:meth:`View.store_history`) and writing a view's commits through ``git fast-import``, then its checkout and
-``main``. Which copy of a path is visible is :mod:`memsync.engine.awareness`'s decision. Commit ids
-are a pure function of what is written: author and committer are copied from the store commit, the
-message derives from ids and paths, the tree from the file set.
+Commit ids are a pure function of what is written: author and committer are copied from the store commit,
+the message derives from ids and paths, the tree from the file set.
 """
 
 from __future__ import annotations
@@ -25,18 +18,18 @@ from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 
 from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths
-from memsync.mirror.errors import RefMoved, translated
+from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decode_path, quote_for_message
+from memsync.mirror.refs import MAIN_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
 from memsync.mirror.trailers import parse_message
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
-_MAIN_REF = "refs/heads/main"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
 _VIEW_TRAILER = "Memsync-View-Format"
 
@@ -49,81 +42,50 @@ _CONFIG: dict[str, str] = {
 }
 
 
-# --- reading a store mirror's imported history -------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """An author or committer exactly as a commit records it (raw bytes, seconds, offset in minutes)."""
-
-    name: bytes
-    email: bytes
-    seconds: int
-    offset: int = 0
-
-    @classmethod
-    def of(cls, signature: pygit2.Signature) -> Identity:
-        return cls(signature.raw_name, signature.raw_email, signature.time, signature.offset)
-
-    def line(self) -> bytes:
-        sign = "-" if self.offset < 0 else "+"
-        hours, minutes = divmod(abs(self.offset), 60)
-        return b"%s <%s> %d %s%02d%02d" % (self.name, self.email, self.seconds, sign.encode(), hours, minutes)
+def _signature_line(signature: pygit2.Signature) -> bytes:
+    """The author or committer line exactly as the commit records it (raw bytes, its own offset)."""
+    sign = "-" if signature.offset < 0 else "+"
+    hours, minutes = divmod(abs(signature.offset), 60)
+    name, email = signature.raw_name, signature.raw_email
+    return b"%s <%s> %d %s%02d%02d" % (name, email, signature.time, sign.encode(), hours, minutes)
 
 
 @dataclass(frozen=True, slots=True)
 class StoreCommit:
-    """One imported version of a store, and its new blob id of each memory path it touched (None: the
-    file went; a redacted or skipped version changes nothing)."""
+    """One imported version of a store, and the new blob id of each memory path it touched (None: removed)."""
 
-    commit: str
     version: ImportedVersion
-    author: Identity
-    committer: Identity
+    author: bytes
+    committer: bytes
     changes: dict[str, str | None]
-
-
-# --- the view repository -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class ViewCommit:
-    """What one view commit records: the version that changed the visible tree, the memory paths it
-    touched, and the stores whose copies of them stay hidden (``shadowed``, in mount order)."""
+    """A store commit that changed the visible tree, and the stores whose copies of its paths stay hidden."""
 
     store_id: str
-    version: ImportedVersion
-    author: Identity
-    committer: Identity
-    paths: tuple[str, ...]
+    source: StoreCommit
     shadowed: tuple[str, ...]
 
-
-@dataclass(frozen=True, slots=True)
-class ViewEdit:
-    """A difference of the view's working tree from its ``main``: ``added``, ``modified`` or ``deleted``."""
-
-    tree_path: str
-    change: str
-
-
-def format_view_message(commit: ViewCommit) -> str:
-    """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
-    version = commit.version
-    shown = quote_for_message(commit.paths[0]) if commit.paths else f"memory {version.memory_id}"
-    more = f" (+{len(commit.paths) - 1} more)" if len(commit.paths) > 1 else ""
-    lines = [
-        f"{version.operation} {shown}{more} in {commit.store_id}",
-        "",
-        f"Memory-Store-Id: {commit.store_id}",
-        f"Memory-Version: {version.version_id}",
-        f"Memory-Id: {version.memory_id}",
-        f"Operation: {version.operation}",
-    ]
-    lines += [f"Memory-Path: {quote_for_message(path)}" for path in commit.paths]
-    lines += [f"Shadowed-Store-Id: {store}" for store in commit.shadowed]
-    lines.append(f"{_VIEW_TRAILER}: {VIEW_FORMAT}")
-    return "\n".join(lines) + "\n"
+    def message(self) -> bytes:
+        """A summary line and one paragraph of trailers; paths quoted (:func:`quote_for_message`)."""
+        version = self.source.version
+        paths = sorted(self.source.changes)
+        shown = quote_for_message(paths[0]) if paths else f"memory {version.memory_id}"
+        more = f" (+{len(paths) - 1} more)" if len(paths) > 1 else ""
+        lines = [
+            f"{version.operation} {shown}{more} in {self.store_id}",
+            "",
+            f"Memory-Store-Id: {self.store_id}",
+            f"Memory-Version: {version.version_id}",
+            f"Memory-Id: {version.memory_id}",
+            f"Operation: {version.operation}",
+        ]
+        lines += [f"Memory-Path: {quote_for_message(path)}" for path in paths]
+        lines += [f"Shadowed-Store-Id: {store}" for store in self.shadowed]
+        lines.append(f"{_VIEW_TRAILER}: {VIEW_FORMAT}")
+        return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 class View:
@@ -152,12 +114,8 @@ class View:
     @staticmethod
     def path_for(root: Path, identity_id: str, template_id: str) -> Path:
         """Where the view of (``identity_id``, ``template_id``) lives under the mirror root."""
-        return (
-            root
-            / VIEWS_FOLDER
-            / View.folder_name(identity_id, "identity id")
-            / View.folder_name(template_id, "template id")
-        )
+        identity = View.folder_name(identity_id, "identity id")
+        return root / VIEWS_FOLDER / identity / View.folder_name(template_id, "template id")
 
     @staticmethod
     def find(root: Path) -> list[Path]:
@@ -186,25 +144,20 @@ class View:
                     return
                 commit_id = str(commit.id)
                 version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
-                tree = commit.tree
-                diff = (
-                    commit.parents[0].tree.diff_to_tree(tree)
-                    if commit.parents
-                    else tree.diff_to_tree(swap=True)
-                )
+                parent = commit.parents[0].tree if commit.parents else mirror.git.tree(None)
                 removed: dict[str, str] = {}
                 added: dict[str, str] = {}
-                for delta in diff.deltas:
+                for delta in parent.diff_to_tree(commit.tree).deltas:
                     if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
                         removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
                     if delta.status is not DeltaStatus.DELETED:
                         added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
-                author, committer = Identity.of(commit.author), Identity.of(commit.committer)
+                author, committer = _signature_line(commit.author), _signature_line(commit.committer)
             # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
             # addition of the same memory path with the same blob: no change of that memory at all.
             changes: dict[str, str | None] = {path: None for path in removed if path not in added}
             changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-            yield StoreCommit(commit_id, version, author, committer, changes)
+            yield StoreCommit(version, author, committer, changes)
 
     def close(self) -> None:
         self.git.close()
@@ -242,52 +195,41 @@ class View:
         view.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         return view
 
-    # --- reading ---------------------------------------------------------------------------------
-
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        return self.git.ref_target(_MAIN_REF)
+        return self.git.ref_target(MAIN_REF)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
         head = self.git.head()
-        if head.target is not None and head.branch != _MAIN_REF:
+        if head.target is not None and head.branch != MAIN_REF:
             return "HEAD is not on main: run `git checkout main` in the view"
         return None
 
-    def files(self, commit: str | None = None) -> dict[str, str]:
-        """``{memory_path: blob id}`` of ``commit`` (default: ``main``); empty before the first commit."""
-        found = self.git.tree_files(commit or self.tip())
-        return {decode_path(tree_path): blob for tree_path, blob in found.items()}
-
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
-        """Commits after ``since`` up to ``tip`` (newest first) without the view's format trailer:
-        someone committed in the view."""
-        found = []
+        """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write."""
         with translated("reading the view's history"):
             hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
+            found = []
             for commit in self.git.walk(tip, since=hidden):
                 trailers = commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
                 if not any(line.startswith(f"{_VIEW_TRAILER}: ") for line in trailers):
                     found.append(str(commit.id))
         return found
 
-    def edits(self) -> list[ViewEdit]:
-        """How the working tree differs from ``main``'s tree (not the index: a staged edit counts too),
-        sorted: edits nobody will push."""
-        tip = self.tip()
+    def edits(self) -> list[tuple[str, str]]:
+        """``(tree path, "added", "modified" or "deleted")`` of each difference of the working tree from
+        ``main``'s tree (not the index: a staged edit counts too), sorted: edits nobody will push."""
         flags = DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS
+        kinds = {DeltaStatus.ADDED: "added", DeltaStatus.UNTRACKED: "added", DeltaStatus.DELETED: "deleted"}
         with translated("comparing the view's checkout with main"):
-            diff = self.git.tree(tip).diff_to_workdir(flags)
-            found = []
-            for delta in diff.deltas:
-                if delta.status in (DeltaStatus.ADDED, DeltaStatus.UNTRACKED):
-                    found.append(ViewEdit(delta.new_file.path, "added"))
-                elif delta.status is DeltaStatus.DELETED:
-                    found.append(ViewEdit(delta.old_file.path, "deleted"))
-                elif delta.status is not DeltaStatus.UNMODIFIED:
-                    found.append(ViewEdit(delta.new_file.path, "modified"))
-        return sorted(found, key=lambda e: e.tree_path)
+            deltas = self.git.tree(self.tip()).diff_to_workdir(flags).deltas
+            found = [
+                (delta.new_file.path, kinds.get(delta.status, "modified"))
+                for delta in deltas
+                if delta.status is not DeltaStatus.UNMODIFIED
+            ]
+        return sorted(found, key=lambda edit: edit[0])
 
     def read_state(self) -> dict[str, Any] | None:
         """The record of the last build (the state's ``view`` cache: without it the view is rebuilt)."""
@@ -297,61 +239,23 @@ class View:
     def write_state(self, state: Mapping[str, Any]) -> None:
         self.git.state.put("view", dict(state))
 
-    # --- writing ---------------------------------------------------------------------------------
-
     def writer(self, *, rebuild: bool) -> ViewWriter:
         """A writer appending to ``main`` (or, with ``rebuild``, replacing its whole history)."""
         return ViewWriter(self, rebuild=rebuild)
-
-    def _checkout(self, tip: str | None, expected: str | None) -> None:
-        """Check ``tip`` out and move ``main`` from ``expected``; a file edited in the view (or in the
-        way) keeps the user's bytes and shows as an edit against the new ``main``: never lost."""
-        with translated("checking out the awareness view"):
-            target = self.git.tree(tip)
-            conflicts = ConflictPaths()
-            self.git.checkout(
-                target,
-                strategy=CheckoutStrategy.SAFE
-                | CheckoutStrategy.ALLOW_CONFLICTS
-                | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-                callbacks=conflicts,
-            )
-            if conflicts.paths:
-                # Skipped files keep the user's bytes; the index takes main's entry, so git status
-                # shows the difference as the edit it is.
-                index = self.git.index()
-                for path in conflicts.paths:
-                    try:
-                        entry = target[path]
-                    except KeyError:
-                        if path in index:
-                            index.remove(path)
-                        continue
-                    index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
-                index.write()
-        current = self.tip()
-        if current != expected:
-            raise RefMoved(_MAIN_REF, expected, current)
-        if tip is None:
-            assert current is not None
-            self.git.delete_ref_if_equals(_MAIN_REF, current)
-        else:
-            self.git.set_ref_if_equals(_MAIN_REF, tip, current, message="memsync: awareness view")
 
 
 class ViewWriter:
     """Writes view commits (``git fast-import``, a process per batch); nothing is visible before
     :meth:`finish` checks them out and moves ``main``, so an interrupted build leaves at most an
-    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned.
-    """
+    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned."""
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
-        self._view = view
+        self._git = view.git
         self._rebuild = rebuild
         self._expected = view.tip()
         start = None if rebuild else self._expected
         self._tip = start  # the last commit of a finished batch
-        self._paths = PathMap({path: path for path in view.files(start)} if start else None)
+        self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
         self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
@@ -363,7 +267,7 @@ class ViewWriter:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
         (``read`` gives a blob's bytes from the store's mirror), or None where it left the view."""
         if self._stream is None:
-            self._stream = self._view.git.fast_import()
+            self._stream = self._git.fast_import()
         stream = self._stream
         self._changes.clear()
         for path, target in visible.items():
@@ -372,7 +276,7 @@ class ViewWriter:
                     self._paths.remove(path)
                 continue
             blob_id, read = target
-            if blob_id not in self._blobs and (self._rebuild or not self._view.git.has_object(blob_id)):
+            if blob_id not in self._blobs and (self._rebuild or not self._git.has_object(blob_id)):
                 if stream.blob(read(blob_id)) != blob_id:
                     raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
                 self._blobs.add(blob_id)
@@ -381,9 +285,9 @@ class ViewWriter:
             self._changes.put(self._paths, path, blob_id)
         stream.commit(
             parent=self._tip,
-            author=commit.author.line(),
-            committer=commit.committer.line(),
-            message=format_view_message(commit).encode("utf-8"),
+            author=commit.source.author,
+            committer=commit.source.committer,
+            message=commit.message(),
             changes=self._changes,
         )
         self.commits += 1
@@ -391,16 +295,35 @@ class ViewWriter:
             self._write_batch()
 
     def finish(self) -> str | None:
-        """Write what is pending, check the new tip out and move ``main`` (compare-and-swap); the tip."""
+        """Write what is pending, check the new tip out and move ``main`` (compare-and-swap); the tip.
+        A file edited in the view keeps the user's bytes and shows as an edit against ``main``: never lost."""
         self._write_batch()
-        tip = self._tip
-        if tip != self._expected:
-            self._view._checkout(tip, self._expected)
+        tip, expected = self._tip, self._expected
+        if tip != expected:
+            with translated("checking out the awareness view"):
+                target = self._git.tree(tip)
+                conflicts = ConflictPaths()
+                strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
+                strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
+                self._git.checkout(target, strategy=strategy, callbacks=conflicts)
+                if conflicts.paths:
+                    # The index takes main's entry for each skipped file, so git status shows the edit.
+                    index = self._git.index()
+                    for path in conflicts.paths:
+                        if path in target:
+                            index.add(pygit2.IndexEntry(path, target[path].id, pygit2.enums.FileMode.BLOB))
+                        elif path in index:
+                            index.remove(path)
+                    index.write()
+            if tip is not None:
+                self._git.set_ref_if_equals(MAIN_REF, tip, expected, message="memsync: awareness view")
+            elif expected is not None:
+                self._git.delete_ref_if_equals(MAIN_REF, expected)
         if self._rebuild:
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
-            self._view.git.drop_unreachable()
+            self._git.drop_unreachable()
         else:
-            self._view.git.repack()
+            self._git.repack()
         return tip
 
     def _write_batch(self) -> None:

@@ -387,17 +387,7 @@ def _write(
             path: None if shown is None else (shown[1], readers[shown[0]])
             for path, shown in step.visible.items()
         }
-        writer.add(
-            visible,
-            ViewCommit(
-                store_id=store_id,
-                version=commit.version,
-                author=commit.author,
-                committer=commit.committer,
-                paths=tuple(sorted(commit.changes)),
-                shadowed=step.shadowed,
-            ),
-        )
+        writer.add(visible, ViewCommit(store_id, commit, step.shadowed))
     report.tip = writer.finish()
     report.commits = writer.commits
     report.collisions = namespace.collisions()
@@ -483,8 +473,8 @@ def view_status(root: Path, path: Path) -> ViewStatus:
             report.mounts = list(state.get("mounts", []))
             report.collisions = list(state.get("collisions", []))
             owners: dict[str, str] = dict(state.get("owners", {}))
-            for edit in view.edits():
-                report.edits.append(_edit_entry(root, edit.tree_path, edit.change, owners))
+            for tree_path, change in view.edits():
+                report.edits.append(_edit_entry(root, tree_path, change, owners))
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
     return report
