@@ -66,11 +66,8 @@ _LEGACY_FILES = [
 
 
 class State:
-    """The state database in ``folder`` (``.git/memsync``), opened on first use.
-
-    A reader of a mirror that has none yet finds every entry absent and writes nothing; the first
-    write creates it, as does the first read of a mirror whose older memsync left an intent.
-    """
+    """The state database in ``folder`` (``.git/memsync``), opened on first use: a reader of a mirror
+    without one writes none, but for an older memsync's intent to bring in."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -108,14 +105,13 @@ class State:
         }
         with self.transaction(durable=any(name in INTENTS for name in wanted)) as db:
             for name, text in wanted.items():
+                table = _table(name)
                 if _value(db, name) == text:
                     continue  # a pull that found nothing new writes nothing
                 if text is None:
-                    db.execute(f"DELETE FROM {_table(name)} WHERE name = ?", (name,))
+                    db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
                 else:
-                    db.execute(
-                        f"INSERT OR REPLACE INTO {_table(name)} (name, value) VALUES (?, ?)", (name, text)
-                    )
+                    db.execute(f"INSERT OR REPLACE INTO {table} (name, value) VALUES (?, ?)", (name, text))
 
     def drop_caches(self, *names: str, content_index: bool = False) -> None:
         """Forget the caches ``names``, and with ``content_index`` the content index's rows."""
