@@ -65,9 +65,7 @@ class ContentIndex:
         assert db is not None
         return db
 
-    def _commit(
-        self, entries: Iterable[tuple[str, str]], covered: str | None, *, reset: bool = False
-    ) -> None:
+    def _commit(self, entries: Iterable[tuple[str, str]], covered: str | None, reset: bool = False) -> None:
         with self._store.state.transaction() as db:
             if reset:
                 db.execute("DELETE FROM content")
