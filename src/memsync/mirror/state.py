@@ -46,8 +46,8 @@ CACHES = frozenset(
     ]
 )
 INTENTS = frozenset(["checkout", "rewrite-pending", "superseded", "backup-prune-pending"])
-# Older memsyncs kept a file per entry, named as the entry (but checkout-intent): the intents are
-# brought in, the rest deleted (but import-marks, git fast-import's own file).
+# Older memsyncs kept a file per entry, named as the entry (but checkout-intent): the intents are brought
+# in, the rest deleted (checkout-pid named no commit to settle by; import-marks is git fast-import's).
 _LEGACY_INTENTS = ("checkout-intent", "rewrite-pending", "superseded", "backup-prune-pending")
 _LEGACY_FILES = [
     "checkout-pid",
@@ -207,9 +207,10 @@ class State:
                 if name == "checkout" and isinstance(value, dict):
                     value["started"] = (self.folder / file).stat().st_mtime
                 found[name] = json.dumps(value, sort_keys=True)
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO intent (name, value) VALUES (?, ?)", found.items())
-        db.execute("COMMIT")
+        if found:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO intent (name, value) VALUES (?, ?)", found.items())
+            db.execute("COMMIT")
         for file in (*_LEGACY_INTENTS, *_LEGACY_FILES):
             (self.folder / file).unlink(missing_ok=True)
         for older in self.folder.glob("base-ids-*.json"):
