@@ -1,21 +1,11 @@
 """Which blob holds the content with a given SHA-256, and back: tables of the mirror's state database.
 
-The engine asks before fetching a version's content; a hit saves a request. The push engine asks the
-other way round (a blob's SHA-256 is the API's ``content_sha256``), for every file of the snapshots
-it compares. Both are one relation (a blob id and a SHA-256 each name the same bytes), so one table
-answers both. The index is two tables of :mod:`memsync.mirror.state`: one row per content (32-byte
-SHA-256, 20-byte blob id, indexed both ways) and one marker row: the commit up to which everything
-imported is indexed; rows noted outside an import (what a push wrote, hashes computed for
-snapshots) sit beside them.
-SQLite rather than a dictionary in memory: a mirror's index grows with its history (100,000
-versions made ~35 MiB of Python objects), while a query costs a few microseconds and the process
-stays at SQLite's page cache whatever the store's size.
-
-A batch's entries and its marker are committed in one transaction, so a kill leaves the index at
-a batch boundary. The index is a cache: every answer is checked against the object store, and when
-its rows are missing or its marker is not an ancestor of the tip (history was rewritten), it is
-rebuilt from the trailers and trees of the history; a tip ahead of the marker is caught up the same
-way.
+The pull engine asks before fetching a version's content (a hit saves a request); the push engine asks
+the other way round for every file of the snapshots it compares. SQLite rather than a dictionary in
+memory: 100,000 versions made ~35 MiB of Python objects, while a query costs a few microseconds. A
+batch's entries and its marker (the commit up to which imports are indexed) are one transaction. A
+cache: every answer is checked against the object store, and a marker that is not an ancestor of the
+tip (history was rewritten) has the index rebuilt from the trailers and trees of the history.
 """
 
 from __future__ import annotations
@@ -65,11 +55,8 @@ class ContentIndex:
             self._commit(entries.items(), None)
 
     def record(self, previous: str | None, tip: str, entries: Mapping[str, str]) -> None:
-        """Add what the batch from ``previous`` to ``tip`` wrote; called once the ref is at ``tip``.
-
-        Catching up to ``previous`` first keeps the marker honest when an earlier batch's entries
-        were lost to a kill between its ref update and its commit here.
-        """
+        """Add what the batch from ``previous`` to ``tip`` wrote, once the ref is at ``tip``; catching up
+        to ``previous`` first covers an earlier batch lost to a kill between its ref update and here."""
         self._catch_up(previous)
         self._commit(entries.items(), tip)
 
@@ -78,9 +65,7 @@ class ContentIndex:
         assert db is not None
         return db
 
-    def _commit(
-        self, entries: Iterable[tuple[str, str]], covered: str | None, *, reset: bool = False
-    ) -> None:
+    def _commit(self, entries: Iterable[tuple[str, str]], covered: str | None, reset: bool = False) -> None:
         with self._store.state.transaction() as db:
             if reset:
                 db.execute("DELETE FROM content")
@@ -91,8 +76,6 @@ class ContentIndex:
             )
             if covered is not None:
                 db.execute("INSERT OR REPLACE INTO marker (id, commit_id) VALUES (1, ?)", (covered,))
-
-    # --- catching up with history ----------------------------------------------------------------
 
     def _catch_up(self, tip: str | None) -> None:
         if tip is None:

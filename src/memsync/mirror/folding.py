@@ -1,18 +1,12 @@
 """memsync's own name fold: when two names may be one file on a case- or normalization-insensitive disk.
 
-APFS and HFS+ (macOS) ignore case and Unicode normalization, NTFS and exFAT (Windows) case. Names such
-a filesystem takes for one get distinct spellings in the mirror (:mod:`memsync.mirror.paths`, rule 5),
-and spellings decide commit ids, so this fold must never change:
-
     fold(name) = each code point mapped to the canonical decomposition of its full case folding
                  (NFD(casefold(NFD(c)))), then combining marks put in canonical order
 
-from the tables of **Unicode 14.0.0**, pinned in ``folding-unicode-14.0.0.json`` beside this module,
-never from the running Python's ``unicodedata`` (3.12 ships Unicode 15.0, which folds a few more
-names together and would change commit ids). The fold is a little coarser than any one filesystem's,
-which costs at most a spelling that escapes more than it had to. Hangul syllables decompose by the
-arithmetic of Unicode chapter 3.12, so the table leaves them out; tests check the shipped file against
-:func:`build_table` on a Python whose Unicode version is 14.0.0.
+from the tables of **Unicode 14.0.0** shipped beside this module, never from the running Python's
+``unicodedata`` (3.12's Unicode 15.0 folds a few more names together): spellings decide commit ids,
+so this fold must never change (docs/mirror.md, "Path spelling"). Hangul syllables are left out of
+the table: their decomposition is arithmetic, the same in every Unicode version.
 """
 
 from __future__ import annotations
@@ -26,17 +20,7 @@ from typing import Any
 
 UNICODE_VERSION = "14.0.0"
 TABLE_FILE = f"folding-unicode-{UNICODE_VERSION}.json"
-
 _HANGUL_FIRST, _HANGUL_LAST = 0xAC00, 0xD7A3
-_L_BASE, _V_BASE, _T_BASE = 0x1100, 0x1161, 0x11A7
-_V_COUNT, _T_COUNT = 21, 28
-
-
-def _hangul(code: int) -> str:
-    lead, rest = divmod(code - _HANGUL_FIRST, _V_COUNT * _T_COUNT)
-    vowel, trail = divmod(rest, _T_COUNT)
-    out = chr(_L_BASE + lead) + chr(_V_BASE + vowel)
-    return out + chr(_T_BASE + trail) if trail else out
 
 
 def build_table() -> dict[str, Any]:
@@ -50,8 +34,7 @@ def build_table() -> dict[str, Any]:
         mapped = unicodedata.normalize("NFD", unicodedata.normalize("NFD", ch).casefold())
         if mapped != ch:
             fold[str(code)] = mapped
-        combining = unicodedata.combining(ch)
-        if combining:
+        if combining := unicodedata.combining(ch):
             classes[str(code)] = combining
     return {"unicode": unicodedata.unidata_version, "fold": fold, "combining": classes}
 
@@ -73,14 +56,12 @@ def fold(name: str) -> str:
         return name.lower()  # ASCII folds to itself but for A-Z, and has no combining marks
     table, classes = _table()
     chars = "".join(
-        _hangul(code) if _HANGUL_FIRST <= (code := ord(ch)) <= _HANGUL_LAST else table.get(code, ch)
+        unicodedata.normalize("NFD", ch)
+        if _HANGUL_FIRST <= ord(ch) <= _HANGUL_LAST
+        else table.get(ord(ch), ch)
         for ch in name
     )
 
-    # Canonical ordering: each run of combining marks sorted, stably, by combining class (a run of
-    # other characters, all class 0, keeps its order).
-    def combining(ch: str) -> int:
-        return classes.get(ord(ch), 0)
-
-    runs = itertools.groupby(chars, key=lambda ch: combining(ch) > 0)
-    return "".join("".join(sorted(run, key=combining)) for _, run in runs)
+    # Canonical ordering: each run of combining marks sorted, stably, by combining class.
+    runs = itertools.groupby(chars, key=lambda ch: ord(ch) in classes)
+    return "".join("".join(sorted(run, key=lambda ch: classes.get(ord(ch), 0))) for _, run in runs)

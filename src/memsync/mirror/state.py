@@ -1,19 +1,10 @@
 """What memsync keeps beside a repository's history: one SQLite database, ``.git/memsync/state.sqlite``.
 
-Each entry is either a **cache** (derived from the history, so dropped and rebuilt whenever it is lost,
-damaged or outdated) or an **intent** (an operation started and not yet finished, which the next run
-holding the store's lock must complete or undo, so it must survive a kill and a power cut). The two
-kinds sit in their own tables (``cache`` and ``intent``, rows of a name and a JSON value); the
-content index (:mod:`memsync.mirror.contentindex`) keeps its ``content`` and ``marker`` tables here
-too. Every write is one transaction in SQLite's write-ahead log, which a kill or a power cut never
-leaves half done. A transaction that sets an intent is synced before it returns (``synchronous =
-FULL``), so an intent reaches the disk before the work it covers; one of caches only is not
-(``NORMAL``: a power cut may lose the last ones, which are rebuilt), which spares a first pull of a
-store about a third of its syncs. An unchanged value is not written again.
-
-Older memsyncs kept one file each under ``.git/memsync/``; the first open of a mirror's state brings
-their intents in and deletes them all (their caches are rebuilt). ``import-marks`` stays a file: it
-is ``git fast-import``'s, in git's format.
+Each entry is a **cache** (rebuilt from history whenever lost, damaged or outdated) or an **intent**
+(an operation the next run holding the store's lock must finish or undo: it must survive a kill and a
+power cut); docs/mirror.md, "State", lists them. A transaction that sets an intent is synced before it
+returns (``synchronous = FULL``), so an intent reaches the disk before the work it covers; one of
+caches only is not (``NORMAL``), which spares a first pull of a store about a third of its syncs.
 """
 
 from __future__ import annotations
@@ -41,7 +32,6 @@ CREATE INDEX IF NOT EXISTS content_by_blob ON content (blob);
 CREATE TABLE IF NOT EXISTS marker (id INTEGER PRIMARY KEY CHECK (id = 1), commit_id TEXT NOT NULL);
 """
 
-# Every name, with its table (docs/mirror.md, "State", says what each holds).
 CACHES = frozenset(
     [
         "paths",
@@ -56,13 +46,9 @@ CACHES = frozenset(
     ]
 )
 INTENTS = frozenset(["checkout", "rewrite-pending", "superseded", "backup-prune-pending"])
-# Older memsyncs' files: the intents are brought in (file, entry, format); the rest only go.
-_LEGACY_INTENTS = (
-    ("checkout-intent", "checkout", "json"),
-    ("rewrite-pending", "rewrite-pending", "json"),
-    ("superseded", "superseded", "lines"),
-    ("backup-prune-pending", "backup-prune-pending", "json"),
-)
+# Older memsyncs kept a file per entry, named as the entry (but checkout-intent): the intents are brought
+# in, the rest deleted (checkout-pid named no commit to settle by; import-marks is git fast-import's).
+_LEGACY_INTENTS = ("checkout-intent", "rewrite-pending", "superseded", "backup-prune-pending")
 _LEGACY_FILES = [
     "checkout-pid",
     "paths.json",
@@ -76,16 +62,12 @@ _LEGACY_FILES = [
     "metadata-follows",
     "spelling-rules",
     "view.json",
-]  # checkout-pid: an older mark that named no commits, so nothing to settle by
+]
 
 
 class State:
-    """The state database of the repository whose git folder holds ``folder`` (``.git/memsync``).
-
-    Opened on first use. A reader of a mirror that has none yet (``memsync status`` before the first
-    pull) finds every entry absent and writes nothing; the first write creates it, as does the first
-    read of a mirror whose older memsync left an intent (brought in, so that it is seen).
-    """
+    """The state database in ``folder`` (``.git/memsync``), opened on first use: a reader of a mirror
+    without one writes none, but for an older memsync's intent to bring in."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -97,19 +79,13 @@ class State:
             self._db.close()
             self._db = None
 
-    # --- entries ---------------------------------------------------------------------------------
-
     def get(self, name: str) -> Any:
         """The value of ``name``, or None when it is not set (or, for a cache, cannot be read)."""
         table = _table(name)
         try:
             db = self.connection(create=False)
-            row = (
-                None
-                if db is None
-                else db.execute(f"SELECT value FROM {table} WHERE name = ?", (name,)).fetchone()
-            )
-            return None if row is None else json.loads(row[0])
+            text = None if db is None else _value(db, name)
+            return None if text is None else json.loads(text)
         except (sqlite3.OperationalError, MirrorError, ValueError) as exc:
             if table == "cache":
                 return None  # a cache that cannot be read (a read-only mirror): rebuilt by the caller
@@ -122,7 +98,7 @@ class State:
         self.put_many({name: value})
 
     def put_many(self, entries: Mapping[str, Any]) -> None:
-        """Set (or, with None, delete) several entries in one transaction."""
+        """Set (or, with None, delete) several entries in one transaction; an unchanged one is not written."""
         wanted = {
             name: None if value is None else json.dumps(value, sort_keys=True)
             for name, value in entries.items()
@@ -130,8 +106,7 @@ class State:
         with self.transaction(durable=any(name in INTENTS for name in wanted)) as db:
             for name, text in wanted.items():
                 table = _table(name)
-                row = db.execute(f"SELECT value FROM {table} WHERE name = ?", (name,)).fetchone()
-                if (row[0] if row else None) == text:
+                if _value(db, name) == text:
                     continue  # a pull that found nothing new writes nothing
                 if text is None:
                     db.execute(f"DELETE FROM {table} WHERE name = ?", (name,))
@@ -150,12 +125,9 @@ class State:
                 db.execute("DELETE FROM content")
                 db.execute("DELETE FROM marker")
 
-    # --- the database ----------------------------------------------------------------------------
-
     @contextlib.contextmanager
     def transaction(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
-        """One write transaction: all of it lands, or none of it (a kill, a full disk); ``durable``:
-        on the disk once it returns."""
+        """One write transaction: all of it lands, or none of it; ``durable``: on the disk once it returns."""
         db = self.connection()
         assert db is not None
         db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -175,16 +147,27 @@ class State:
     def connection(self, *, create: bool = True) -> sqlite3.Connection | None:
         """The open database; None when it does not exist and ``create`` is False."""
         if self._db is None:
-            legacy = any((self.folder / file).exists() for file, _, _ in _LEGACY_INTENTS)
+            legacy = any((self.folder / file).exists() for file in _LEGACY_INTENTS)
             if not create and not legacy and not self.path.exists():
                 return None
             try:
                 try:
                     self._db = self._open()
-                except sqlite3.DatabaseError as exc:
-                    if isinstance(exc, sqlite3.OperationalError):
-                        raise
-                    self._set_aside(exc)
+                except sqlite3.OperationalError:
+                    raise
+                except sqlite3.DatabaseError as exc:  # not this database: damaged, set aside
+                    aside = self.path.with_name(f"{FILE}.damaged")
+                    for side in ("-journal", "-wal", "-shm"):
+                        self.path.with_name(FILE + side).unlink(missing_ok=True)
+                    os.replace(self.path, aside)
+                    log.warning(
+                        "memsync's state %s could not be read (%s) and was moved to %s: its caches are"
+                        " rebuilt from history; an interrupted checkout, redaction rewrite or backup prune"
+                        " it recorded is not resumed (run `memsync verify` to check the mirror)",
+                        self.path,
+                        exc,
+                        aside.name,
+                    )
                     self._db = self._open()
             except (sqlite3.OperationalError, OSError) as exc:  # a full disk, a read-only folder
                 raise storage_error(f"opening memsync's state {self.path}: {exc}") from None
@@ -214,27 +197,13 @@ class State:
             self._bring_in_legacy_files(db)
         return db
 
-    def _set_aside(self, exc: sqlite3.DatabaseError) -> None:
-        """A file that is not this database (damage): kept for inspection, and a new one started."""
-        aside = self.path.with_name(f"{FILE}.damaged")
-        for side in ("-journal", "-wal", "-shm"):
-            self.path.with_name(FILE + side).unlink(missing_ok=True)
-        os.replace(self.path, aside)
-        log.warning(
-            "memsync's state %s could not be read (%s) and was moved to %s: its caches are rebuilt from"
-            " history; an interrupted checkout, redaction rewrite or backup prune it recorded is not"
-            " resumed (run `memsync verify` to check the mirror)",
-            self.path,
-            exc,
-            aside.name,
-        )
-
     def _bring_in_legacy_files(self, db: sqlite3.Connection) -> None:
         found: dict[str, str] = {}
-        for file, name, kind in _LEGACY_INTENTS:
+        for file in _LEGACY_INTENTS:
+            name = "checkout" if file == "checkout-intent" else file
             with contextlib.suppress(OSError, ValueError):
                 text = (self.folder / file).read_text(encoding="utf-8")
-                value: Any = text.split() if kind == "lines" else json.loads(text)
+                value: Any = text.split() if name == "superseded" else json.loads(text)  # one id a line
                 if name == "checkout" and isinstance(value, dict):
                     value["started"] = (self.folder / file).stat().st_mtime
                 found[name] = json.dumps(value, sort_keys=True)
@@ -242,7 +211,7 @@ class State:
             db.execute("BEGIN IMMEDIATE")
             db.executemany("INSERT OR REPLACE INTO intent (name, value) VALUES (?, ?)", found.items())
             db.execute("COMMIT")
-        for file in (*(f for f, _, _ in _LEGACY_INTENTS), *_LEGACY_FILES):
+        for file in (*_LEGACY_INTENTS, *_LEGACY_FILES):
             (self.folder / file).unlink(missing_ok=True)
         for older in self.folder.glob("base-ids-*.json"):
             older.unlink(missing_ok=True)
@@ -254,3 +223,8 @@ def _table(name: str) -> str:
     if name in CACHES:
         return "cache"
     raise ValueError(f"{name!r} is not an entry of memsync's state")
+
+
+def _value(db: sqlite3.Connection, name: str) -> str | None:
+    row = db.execute(f"SELECT value FROM {_table(name)} WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
