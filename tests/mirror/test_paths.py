@@ -102,6 +102,17 @@ def test_a_255_byte_forward_segment_that_needs_escaping_still_fits() -> None:
     assert decode_path(suffixed) == "b" * 255
 
 
+@pytest.mark.parametrize("last", [".", " "])
+def test_a_long_segment_whose_escaped_end_does_not_fit_the_last_piece(last: str) -> None:
+    # The rest fits as a middle piece but not as the last, where its final '.' or ' ' is escaped and
+    # the %_ suffix added: the last character makes a piece of its own (this once raised IndexError).
+    segment = "y" * 253 + "x" * 252 + last
+    tree = encode_path(f"notes/{segment}", directory_sibling=True)
+    assert tree.endswith(f"%+/{'%2E' if last == '.' else '%20'}%_")
+    assert all(len(part.encode()) <= NAME_MAX for part in tree.split("/"))
+    assert decode_path(tree) == f"notes/{segment}"
+
+
 def test_a_piece_that_starts_a_special_name_is_escaped_too() -> None:
     segment = "x" * 253 + ".gitmodules"
     tree = encode_path(segment)

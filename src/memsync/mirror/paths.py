@@ -106,7 +106,9 @@ def _encode_segment(segment: str, spelling: Spelling, suffixed: bool = False) ->
         components, start = [], 0
         while length(start, len(segment), sum(sizes[start:]), True) > last_limit:
             end, total = start + 1, sizes[start]
-            while end < len(segment) and length(start, end + 1, total + sizes[end], False) <= _PIECE_MAX:
+            # The last character stays for the final piece, even when the rest would fit as a middle
+            # piece: a final '.' or ' ' is escaped (rule 6) and may not fit in the last one.
+            while end < len(segment) - 1 and length(start, end + 1, total + sizes[end], False) <= _PIECE_MAX:
                 total += sizes[end]
                 end += 1
             components.append(_escape_piece(segment[start:end], False, spelling) + CONTINUATION)
