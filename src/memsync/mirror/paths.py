@@ -290,23 +290,6 @@ def decode_path(tree_path: str) -> str:
     return read_spelling(tree_path)[0]
 
 
-def decode_paths(tree_paths: Iterable[str]) -> dict[str, str]:
-    """``{tree_path: memory_path}`` of a tree's files; strict, and refusing two files of one memory
-    path (``a`` and ``a%_``, which only a hand-made file can cause)."""
-    seen: dict[str, str] = {}
-    for tree_path in tree_paths:
-        memory_path = decode_path(tree_path)
-        if (other := seen.get(memory_path)) is not None:
-            raise PathEncodingError(
-                f"{escape_for_terminal(other)} and {escape_for_terminal(tree_path)} are the same "
-                f"memory {escape_for_terminal(memory_path)}; keep one of them",
-                path=tree_path,
-                reason="duplicate",
-            )
-        seen[memory_path] = tree_path
-    return {tree_path: memory_path for memory_path, tree_path in seen.items()}
-
-
 def suggest_tree_path(tree_path: str) -> str | None:
     """What to rename a hand-made file to so memsync stores it under the name typed (``100%.md`` →
     ``100%25.md``); None if that name is no memory path."""
@@ -327,13 +310,6 @@ def _not_canonical(tree_path: str, why: str, canonical: str | None = None) -> Pa
         reason="not_canonical",
         suggestion=suggestion,
     )
-
-
-def tree_layout_problems(tree_paths: Mapping[str, str]) -> list[str]:
-    """Tree paths of ``{tree_path: memory_path}`` that rules 3 and 5 spell otherwise for this set (a
-    hand-made rename or addition): reported, not fatal, as the next checkout respells them."""
-    target = encode_paths(tree_paths.values())
-    return [tree_path for tree_path, memory_path in tree_paths.items() if target[memory_path] != tree_path]
 
 
 # --- commit messages and terminals -------------------------------------------------------------
