@@ -31,16 +31,9 @@ STREAM_BUFFER = 256 << 10
 PIPE_SIZE = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Signature:
-    """An author or committer: whole seconds since the epoch, always UTC."""
-
-    name: str
-    email: str
-    seconds: int
-
-    def line(self) -> bytes:
-        return f"{self.name} <{self.email}> {self.seconds} +0000".encode()
+def ident(name: str, email: str, seconds: int) -> bytes:
+    """An author or committer as git writes it: whole seconds since the epoch, always UTC."""
+    return f"{name} <{email}> {seconds} +0000".encode()
 
 
 @dataclass(frozen=True, slots=True)
