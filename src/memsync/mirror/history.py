@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
-from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
+from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, ident
 from memsync.mirror.folding import fold
 from memsync.mirror.paths import (
     MAX_TREE_PATH_BYTES,
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 # The identity of versions no actor is known for (Forward and Cloud record none).
 DEFAULT_AUTHOR_NAME = "memsync"
 DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
-
-# The summary line's tail on an inferred delete (the reason is in its Memsync-Inferred trailer).
-INFERRED_SUMMARY = " (inferred: the store no longer lists the memory)"
 
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
@@ -139,10 +136,7 @@ class PathMap:
 
     def add(self, path: str, memory_id: str) -> None:
         before = {other: self.spelling(other) for other in self._respelled_by(path, adding=True)}
-        for prefix in directory_prefixes(path):
-            self._dirs[prefix] = self._dirs.get(prefix, 0) + 1
-        for entry in _entries(path):
-            self._count(entry, 1)
+        self._count(path, 1)
         self._by_path[path] = memory_id
         self._by_memory[memory_id] = path
         self._note_novel(path)
@@ -155,12 +149,7 @@ class PathMap:
         if self.listener is not None:
             self.listener.file_removed(self.spelling(path))
         self._novel.discard(path)
-        for prefix in directory_prefixes(path):
-            self._dirs[prefix] -= 1
-            if not self._dirs[prefix]:
-                del self._dirs[prefix]
-        for entry in _entries(path):
-            self._count(entry, -1)
+        self._count(path, -1)
         self._announce(before)
 
     def reassign(self, path: str, memory_id: str) -> None:
@@ -183,17 +172,23 @@ class PathMap:
                 indexes.append(index)
         return tuple(indexes)
 
-    def _count(self, entry: str, delta: int) -> None:
-        parent, _, name = entry.rpartition("/")
-        key = (parent, fold(name))
-        names = self._names.setdefault(key, {})
-        before = len(names)
-        names[name] = names.get(name, 0) + delta
-        if not names[name]:
-            del names[name]
-        if not names:
-            del self._names[key]
-        self._collisions += (len(names) > 1) - (before > 1)
+    def _count(self, path: str, delta: int) -> None:
+        """Count the file at ``path`` in (``delta`` 1) or out of (-1) its folders and its entries' names."""
+        for entry in [*directory_prefixes(path), path]:
+            if entry != path:
+                self._dirs[entry] = self._dirs.get(entry, 0) + delta
+                if not self._dirs[entry]:
+                    del self._dirs[entry]
+            parent, _, name = entry.rpartition("/")
+            key = (parent, fold(name))
+            names = self._names.setdefault(key, {})
+            before = len(names)
+            names[name] = names.get(name, 0) + delta
+            if not names[name]:
+                del names[name]
+            if not names:
+                del self._names[key]
+            self._collisions += (len(names) > 1) - (before > 1)
 
     def _respelled_by(self, path: str, *, adding: bool) -> set[str]:
         """The files whose spelling may change when ``path`` is added or removed: a file that
@@ -204,7 +199,7 @@ class PathMap:
             for prefix in directory_prefixes(path)
             if self._dirs.get(prefix, 0) == (0 if adding else 1) and prefix in self._by_path
         }
-        for entry in _entries(path):
+        for entry in [*directory_prefixes(path), path]:
             parent, _, name = entry.rpartition("/")
             names = self._names.get((parent, fold(name)))
             if not names:
@@ -231,11 +226,6 @@ class PathMap:
             self._novel.add(path)
         else:
             self._novel.discard(path)
-
-
-def _entries(path: str) -> list[str]:
-    """The folders that contain ``path``, and ``path``: each an entry of its parent folder."""
-    return [*directory_prefixes(path), path]
 
 
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
@@ -369,7 +359,7 @@ class HistoryWriter:
         if self._broken:
             raise MirrorError(f"this history writer cannot continue: {self._broken}")
         self._validate(record)
-        author = Signature(
+        who = ident(
             _clean_identity(record.author_name, DEFAULT_AUTHOR_NAME),
             _clean_identity(record.author_email, DEFAULT_AUTHOR_EMAIL),
             math.floor(record.created_at.timestamp()),
@@ -414,13 +404,10 @@ class HistoryWriter:
             history_truncated=record.history_truncated,
             format=2 if self._paths.novel else 1,
         )
-        message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
+        summary = self._summary(record, written or record.path or known, moved_from)
+        message = format_message(summary, trailers).encode("utf-8")
         mark = stream.commit(
-            parent=self._expected,
-            author=author.line(),
-            committer=author.line(),
-            message=message.encode("utf-8"),
-            changes=self._changes,
+            parent=self._expected, author=who, committer=who, message=message, changes=self._changes
         )
         if first or (record.redacted and not record.skipped):
             self._noted.append((mark, trailers))
@@ -436,13 +423,12 @@ class HistoryWriter:
             if stream is not None:
                 stream.abort()
             return self.tip
-        pending = stream.commits
         ids = stream.finish()
-        tip = ids[pending]
+        tip = ids[stream.commits]
         crash_point("mirror.pack_written")
         try:
             self._mirror.git.set_ref_if_equals(
-                self._ref, tip, self._expected, message=f"memsync: import {pending} versions"
+                self._ref, tip, self._expected, message=f"memsync: import {stream.commits} versions"
             )
         except RefMoved as exc:
             self._broken = str(exc)
@@ -450,12 +436,9 @@ class HistoryWriter:
         crash_point("mirror.ref_moved")
         self._mirror.checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         if self._ref == MEMSTORE_REF:
-            batch = HistoryFacts()
-            for mark, trailers in self._noted:
-                batch.note(ids[mark], trailers, root=mark == 1 and self._expected is None)
-            _record_facts(self._mirror.git.state, self._expected, tip, batch)
+            self._record_facts(ids, tip)
         if self.written is not None:
-            self.written.extend(ids[mark] for mark in range(1, pending + 1))
+            self.written.extend(ids[mark] for mark in range(1, stream.commits + 1))
         self._noted = []
         self._expected = tip
         self._new_content = {}
@@ -472,6 +455,19 @@ class HistoryWriter:
         elif self._stream is not None:
             self._stream.abort()
             self._stream = None
+
+    def _record_facts(self, ids: dict[int, str], tip: str) -> None:
+        """Extend the facts cached at the batch's parent by the batch."""
+        state = self._mirror.git.state
+        cached_tip, facts = _load_facts(state) if self._expected is not None else (None, HistoryFacts())
+        if cached_tip != self._expected or facts is None:
+            # Not cached at the parent (a mirror from before the facts, or a damaged entry): the next
+            # reader walks the history once.
+            state.put("history-facts", None)
+            return
+        for mark, trailers in self._noted:
+            facts.note(ids[mark], trailers, root=mark == 1 and self._expected is None)
+        _save_facts(state, tip, facts)
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
@@ -556,7 +552,7 @@ class HistoryWriter:
         elif record.redacted:
             summary += " (redacted)"
         elif record.inferred is not None:
-            summary += INFERRED_SUMMARY
+            summary += " (inferred: the store no longer lists the memory)"
         return summary
 
 
@@ -609,21 +605,6 @@ def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
     if save:
         _save_facts(mirror.state, tip, facts)
     return facts
-
-
-def _record_facts(state: State, previous: str | None, tip: str, batch: HistoryFacts) -> None:
-    """Extend the cached facts at ``previous`` by a batch just written on top of it."""
-    if previous is None:
-        _save_facts(state, tip, batch)
-        return
-    cached_tip, facts = _load_facts(state)
-    if cached_tip != previous or facts is None:
-        # Not cached at the parent (a mirror from before the facts, or a damaged entry): the next
-        # reader walks the history once.
-        state.put("history-facts", None)
-        return
-    facts.redacted.extend(batch.redacted)
-    _save_facts(state, tip, facts)
 
 
 def _load_facts(state: State) -> tuple[str | None, HistoryFacts | None]:
