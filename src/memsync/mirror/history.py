@@ -56,9 +56,8 @@ DEFAULT_BATCH_BYTES = 32 << 20
 
 @dataclass(frozen=True, slots=True)
 class VersionRecord:
-    """One memory version as the engine hands it to the mirror, in import order (what each kind does to
-    the tree: docs/mirror.md, "What a version does to the tree"). ``created_at`` must be timezone-aware.
-    """
+    """One memory version as the engine hands it to the mirror, in import order; ``created_at`` must be
+    timezone-aware (what each kind does to the tree: docs/mirror.md, "What a version does to the tree")."""
 
     version_id: str
     memory_id: str
@@ -191,9 +190,8 @@ class PathMap:
             self._collisions += (len(names) > 1) - (before > 1)
 
     def _respelled_by(self, path: str, *, adding: bool) -> set[str]:
-        """The files whose spelling may change when ``path`` is added or removed: a file that
-        becomes a folder too or stops being one (``%_``), and the files at or below an entry whose
-        name stops or starts folding like a sibling's."""
+        """The files whose spelling may change when ``path`` comes or goes: a file that becomes a folder
+        too or stops being one (``%_``), and those at or below a name that starts or stops folding alike."""
         affected = {
             prefix
             for prefix in directory_prefixes(path)
@@ -229,10 +227,8 @@ class PathMap:
 
 
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
-    """What a version does to the path map; the writer and :func:`replay` both use exactly this.
-
-    A memory that still owned ``written`` (its delete lost to version retention) loses it.
-    """
+    """What a version does to the path map; the writer and :func:`replay` both use exactly this. A
+    memory that still owned ``written`` (its delete lost to version retention) loses it."""
     old = paths.path_of(memory_id)
     if old is not None and (operation == "deleted" or (written is not None and old != written)):
         paths.remove(old)
@@ -461,8 +457,7 @@ class HistoryWriter:
         state = self._mirror.git.state
         cached_tip, facts = _load_facts(state) if self._expected is not None else (None, HistoryFacts())
         if cached_tip != self._expected or facts is None:
-            # Not cached at the parent (a mirror from before the facts, or a damaged entry): the next
-            # reader walks the history once.
+            # A mirror from before the facts, or a damaged entry: the next reader walks the history once.
             state.put("history-facts", None)
             return
         for mark, trailers in self._noted:

@@ -19,7 +19,7 @@ from memsync.mirror.paths import check_memory_path, quote_for_message, unquote_f
 # Windows filesystems (docs/mirror.md, "Path spelling"); other trees stay format 1, keeping their commit
 # ids, and a memsync that reads format 1 only refuses format 2 commits instead of misreading them.
 FORMAT = 1
-FORMATS = (1, 2)
+FORMATS = ("1", "2")  # as Memsync-Format spells them
 Operation = Literal["created", "updated", "deleted"]
 OPERATIONS: tuple[Operation, ...] = ("created", "updated", "deleted")
 
@@ -46,7 +46,6 @@ _LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
 _COUNT_PATTERN = re.compile(r"[1-9][0-9]{0,9}")
 # The prefix of the Memory-Version of an inferred delete: no API's version id has a colon.
 INFERRED_PREFIX = "inferred:"
-_FORMAT_NAMES = tuple(str(number) for number in FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +128,10 @@ def parse_message(message: str, commit: str = "") -> Trailers:
             raise FormatError(f"{where} repeats the trailer {name}")
         found[name] = value
     missing = REQUIRED - found.keys()
-    if "Memsync-Format" in found and found["Memsync-Format"] not in _FORMAT_NAMES:
+    if "Memsync-Format" in found and found["Memsync-Format"] not in FORMATS:
         raise FormatError(
             f"{where} is in Memsync-Format {found['Memsync-Format'][:20]!r}; this memsync reads formats "
-            f"{', '.join(_FORMAT_NAMES)} only: upgrade memsync (commit ids of a format change are never"
+            f"{', '.join(FORMATS)} only: upgrade memsync (commit ids of a format change are never"
             " mixed silently)"
         )
     if missing:
