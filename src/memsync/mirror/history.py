@@ -79,7 +79,7 @@ class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).
 
     It also keeps what a spelling depends on besides the path (docs/mirror.md, "Path spelling", rules 3
-    and 5); a ``listener`` hears of every file whose spelling changes as paths come and go.
+    and 5); a ``listener`` gets the tree change of every file whose spelling changes as paths come and go.
     """
 
     def __init__(self, by_path: dict[str, str] | None = None) -> None:
@@ -146,7 +146,7 @@ class PathMap:
         memory_id = self._by_path.pop(path)
         del self._by_memory[memory_id]
         if self.listener is not None:
-            self.listener.file_removed(self.spelling(path))
+            self.listener.append(Remove(self.spelling(path)))
         self._novel.discard(path)
         self._count(path, -1)
         self._announce(before)
@@ -215,7 +215,7 @@ class PathMap:
             self._note_novel(path)
             new = self.spelling(path)
             if new != old and self.listener is not None:
-                self.listener.file_moved(old, new)
+                self.listener.append(Move(old, new))
 
     def _note_novel(self, path: str) -> None:
         suffixed = self.is_directory(path)
@@ -264,12 +264,6 @@ def _tree_path(
 class TreeChanges(list[Change]):
     """The file changes of the commit being built; as a :class:`PathMap`'s listener it keeps the tree's
     spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
-
-    def file_removed(self, tree_path: str) -> None:
-        self.append(Remove(tree_path))
-
-    def file_moved(self, old: str, new: str) -> None:
-        self.append(Move(old, new))
 
     def put(self, paths: PathMap, path: str, blob: str) -> None:
         """Write ``blob`` at memory path ``path``, spelled as the map has it now."""
