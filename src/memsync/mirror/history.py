@@ -567,13 +567,13 @@ class HistoryFacts:
     redacted: list[RedactedCommit] = field(default_factory=list)
 
     def note(self, commit: str, trailers: Trailers, *, root: bool) -> None:
-        """Add what ``commit``, with ``trailers`` (``root``: the history's first), tells."""
+        """Add what ``commit`` (its ``trailers``; ``root``: the history's first commit) tells."""
         if root:
             self.root, self.truncated = commit, trailers.history_truncated
         if trailers.redacted and trailers.skipped is None:
             wrote = trailers.memory_path is not None and trailers.operation != "deleted"
-            facts = (trailers.version_id, trailers.memory_id, trailers.content_sha256, wrote)
-            self.redacted.append(RedactedCommit(commit, *facts))
+            version = (trailers.version_id, trailers.memory_id, trailers.content_sha256)
+            self.redacted.append(RedactedCommit(commit, *version, wrote))
 
 
 def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
