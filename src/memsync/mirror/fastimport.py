@@ -1,12 +1,9 @@
 """Writing objects into a mirror through ``git fast-import``: git encodes every blob, tree and commit.
 
-One :class:`FastImport` is one process fed one batch, leaving exactly one new pack (as git-filter-repo
-does): fast-import's memory stays one batch's, and the caller moves its own ref by compare-and-swap
-only after :meth:`FastImport.finish`, with the pack complete on disk.
-
-fast-import always commits onto a branch: a scratch ref, ``refs/memsync/importing``, which the stream
-deletes at its end. A writer killed before then leaves that ref (the next deletes it) and at worst a
-pack of unreachable objects for ``git gc``: never a change to any ref memsync reads.
+One :class:`FastImport` is one process fed one batch, leaving one new pack; the caller moves its own
+ref only after :meth:`FastImport.finish`. fast-import commits onto a scratch ref the stream deletes at
+its end: a killed writer leaves that ref (the next deletes it) and unreachable objects, never a change
+to a ref memsync reads.
 """
 
 from __future__ import annotations
@@ -27,24 +24,16 @@ from memsync.mirror.gitbinary import NO_HOOKS, git_environment, require_git
 
 SCRATCH_REF = "refs/memsync/importing"
 _END = b"reset " + SCRATCH_REF.encode() + b"\ndone\n"
-# Each write(2) releases the GIL, which the fetch threads then take, so each write waits to get it
-# back: a 256 KiB buffer makes a batch's stream (about 800 KiB for 1,000 versions) a few writes, not
-# a hundred. A 1 MiB pipe (Linux's default ceiling for F_SETPIPE_SZ) holds most of a batch, so the
-# writer does not block whenever fast-import, sharing the cores, falls behind.
+# Each write(2) releases the GIL to the fetch threads, and waits to get it back: a 256 KiB buffer makes
+# a batch's stream (about 800 KiB for 1,000 versions) a few writes, not a hundred. A 1 MiB pipe (Linux's
+# default ceiling) holds most of a batch, so the writer does not block whenever fast-import falls behind.
 STREAM_BUFFER = 256 << 10
 PIPE_SIZE = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Signature:
-    """An author or committer: whole seconds since the epoch, always UTC."""
-
-    name: str
-    email: str
-    seconds: int
-
-    def line(self) -> bytes:
-        return f"{self.name} <{self.email}> {self.seconds} +0000".encode()
+def ident(name: str, email: str, seconds: int) -> bytes:
+    """An author or committer as git writes it: whole seconds since the epoch, always UTC."""
+    return f"{name} <{email}> {seconds} +0000".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,19 +74,16 @@ def _quoted(path: str) -> bytes:
 
 
 class FastImport:
-    """One ``git fast-import`` process writing a batch of objects into the repository at ``git_dir``:
-    :meth:`finish` returns the commit ids by mark (1, 2, ... in the order of :meth:`commit`);
+    """One ``git fast-import`` process writing a batch of objects into the repository at ``git_dir``;
     :meth:`abort` (or an exception leaving a ``with`` block) leaves only unreachable objects."""
 
     def __init__(self, git_dir: Path, marks_file: Path) -> None:
         require_git()
         self._marks_file = marks_file
         marks_file.unlink(missing_ok=True)
-        # Its messages go to a file, not a pipe: a pipe nobody reads until the end could fill and
-        # stall fast-import while memsync waits on it to read its input.
+        # A file, not a pipe: a pipe nobody reads until the end could fill and stall fast-import.
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _close, after the wait)
-        # Always a pack, however small the batch: git would leave a batch of under 100 objects loose,
-        # and a daemon's small pulls would pile up loose files.
+        # Always a pack: git leaves under 100 objects loose, and a daemon's small pulls would pile them up.
         command = ["git", *NO_HOOKS, "-c", "fastimport.unpackLimit=0", f"--git-dir={git_dir}", "fast-import"]
         command += ["--quiet", "--done", "--force", "--date-format=raw", f"--export-marks={marks_file}"]
         self._process = subprocess.Popen(
@@ -116,7 +102,7 @@ class FastImport:
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._stdin: IO[bytes] = self._process.stdin
-        self._marks = 0
+        self.commits = 0
         self.bytes_written = 0
         # The scratch branch starts empty: a root commit must not inherit a killed writer's tip.
         self._send(b"reset " + SCRATCH_REF.encode() + b"\n")
@@ -135,15 +121,15 @@ class FastImport:
         message: bytes,
         changes: Iterable[Change],
     ) -> int:
-        """Stream a commit of ``changes`` on top of the previous commit of this stream (the first on
-        ``parent``, or a root commit); its mark. ``author`` and ``committer`` are ident lines as git
-        writes them (``Name <email> seconds +hhmm``)."""
-        self._marks += 1
+        """Stream a commit of ``changes`` on the previous one of this stream (the first on ``parent``, or
+        a root commit); its mark, the key of its id in :meth:`finish`. ``author`` and ``committer`` are
+        ident lines (``Name <email> seconds +hhmm``)."""
+        self.commits += 1
         lines = [
             b"commit %s\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n"
-            % (SCRATCH_REF.encode(), self._marks, author, committer, len(message), message)
+            % (SCRATCH_REF.encode(), self.commits, author, committer, len(message), message)
         ]
-        if parent is not None and self._marks == 1:
+        if parent is not None and self.commits == 1:
             lines.append(b"from " + parent.encode() + b"\n")
         for change in changes:
             if isinstance(change, Put):
@@ -155,11 +141,7 @@ class FastImport:
         lines.append(b"\n")
         self._send(*lines)
         self.bytes_written += len(message)
-        return self._marks
-
-    @property
-    def commits(self) -> int:
-        return self._marks
+        return self.commits
 
     def finish(self) -> dict[int, str]:
         """End the stream (the scratch ref deleted) and wait for the pack; commit ids by mark."""
@@ -173,9 +155,8 @@ class FastImport:
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise MirrorError(f"cannot read git fast-import's marks file {self._marks_file}: {exc}") from exc
         self._marks_file.unlink(missing_ok=True)
-        # A caller indexes by mark: a missing id would be a bare KeyError. No ref moved yet, so a
-        # rerun writes the same commits again.
-        missing = [mark for mark in range(1, self._marks + 1) if mark not in ids]
+        # A caller indexes by mark: a missing id would be a bare KeyError.
+        missing = [mark for mark in range(1, self.commits + 1) if mark not in ids]
         if missing:
             raise MirrorError(
                 f"git fast-import finished without the id of commit :{missing[0]} in its marks file"

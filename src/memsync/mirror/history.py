@@ -1,11 +1,8 @@
 """Imported history: one deterministic commit per memory version, written straight into packs.
 
-A version's commit is a pure function of the versions before it (docs/design.md §2): the parent tree
-with that memory's file set, moved or removed; author and committer the record's identity at
-``created_at`` (whole seconds, ``+0000``); a summary line and the trailers of
-:mod:`memsync.mirror.trailers`. Fresh mirrors fed the same records, or one resumed after a kill, make
-the same commit ids. :func:`replay` rebuilds the :class:`PathMap` (which memory owns which file) from
-the trailers alone, by the rules the writer applies (:func:`apply_change`).
+A version's commit is a pure function of the versions before it (docs/mirror.md, "Trailers" and "What a
+version does to the tree"), so fresh mirrors fed the same records, or one resumed after a kill, make the
+same commit ids. :func:`replay` rebuilds the :class:`PathMap` from the trailers alone.
 """
 
 from __future__ import annotations
@@ -14,15 +11,15 @@ import functools
 import hashlib
 import math
 import unicodedata
-from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import astuple, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError, UnsafeInput
 from memsync.mirror.errors import PathEncodingError, RefMoved, translated
-from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, Signature
+from memsync.mirror.fastimport import Change, FastImport, Move, Put, Remove, ident
 from memsync.mirror.folding import fold
 from memsync.mirror.paths import (
     MAX_TREE_PATH_BYTES,
@@ -53,24 +50,14 @@ if TYPE_CHECKING:
 DEFAULT_AUTHOR_NAME = "memsync"
 DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
 
-# The summary line's tail on an inferred delete (the reason is in its Memsync-Inferred trailer).
-INFERRED_SUMMARY = " (inferred: the store no longer lists the memory)"
-
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class VersionRecord:
-    """One memory version as the engine hands it to the mirror, in import order.
-
-    ``path`` is None when a redacted Anthropic version lost it. A live version without ``content``
-    reuses the blob the mirror holds for ``content_sha256``; a redacted one without ``content`` leaves
-    the file as it was, and with it (the memory's current content, same hash) writes it. ``skipped``
-    versions change no file. ``inferred`` (a reason token) makes a delete the API has no version for,
-    whose ``version_id`` is :func:`inferred_version_id`; ``history_truncated`` is for a mirror's first
-    record only (see :mod:`memsync.mirror.trailers`). ``created_at`` must be timezone-aware.
-    """
+    """One memory version as the engine hands it to the mirror, in import order; ``created_at`` must be
+    timezone-aware (what each kind does to the tree: docs/mirror.md, "What a version does to the tree")."""
 
     version_id: str
     memory_id: str
@@ -91,10 +78,8 @@ class VersionRecord:
 class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).
 
-    It also keeps what a spelling depends on besides the path (docs/mirror.md, "Path spelling"): the
-    files below each folder (a file that is also a folder gets ``%_``), and each folder's entry names
-    by fold (a name that folds like a sibling's is spelled folded). A ``listener`` hears of every file
-    whose spelling changes as paths come and go.
+    It also keeps what a spelling depends on besides the path (docs/mirror.md, "Path spelling", rules 3
+    and 5); a ``listener`` gets the tree change of every file whose spelling changes as paths come and go.
     """
 
     def __init__(self, by_path: dict[str, str] | None = None) -> None:
@@ -144,20 +129,13 @@ class PathMap:
         """Whether a file of the tree is spelled by a rule Memsync-Format 1 did not have."""
         return bool(self._novel)
 
-    def spelling(self, path: str) -> str:
-        """The tree path of the file at memory path ``path`` in this tree."""
-        return _tree_path(path, self.is_directory(path), self._folded(path))
-
-    def prospective_spelling(self, path: str) -> str:
-        """The tree path ``path`` would have once added (its siblings as they are now)."""
-        return _tree_path(path, self.is_directory(path), self._folded(path, adding=True))
+    def spelling(self, path: str, *, adding: bool = False) -> str:
+        """The tree path of the file at memory path ``path`` (``adding``: once added, beside its siblings)."""
+        return _tree_path(path, self.is_directory(path), self._folded(path, adding=adding))
 
     def add(self, path: str, memory_id: str) -> None:
         before = {other: self.spelling(other) for other in self._respelled_by(path, adding=True)}
-        for prefix in directory_prefixes(path):
-            self._dirs[prefix] = self._dirs.get(prefix, 0) + 1
-        for entry in _entries(path):
-            self._count(entry, 1)
+        self._count(path, 1)
         self._by_path[path] = memory_id
         self._by_memory[memory_id] = path
         self._note_novel(path)
@@ -168,15 +146,9 @@ class PathMap:
         memory_id = self._by_path.pop(path)
         del self._by_memory[memory_id]
         if self.listener is not None:
-            self.listener.file_removed(self.spelling(path))
+            self.listener.append(Remove(self.spelling(path)))
         self._novel.discard(path)
-        for prefix in directory_prefixes(path):
-            if self._dirs[prefix] == 1:
-                del self._dirs[prefix]
-            else:
-                self._dirs[prefix] -= 1
-        for entry in _entries(path):
-            self._count(entry, -1)
+        self._count(path, -1)
         self._announce(before)
 
     def reassign(self, path: str, memory_id: str) -> None:
@@ -199,28 +171,33 @@ class PathMap:
                 indexes.append(index)
         return tuple(indexes)
 
-    def _count(self, entry: str, delta: int) -> None:
-        parent, _, name = entry.rpartition("/")
-        key = (parent, fold(name))
-        names = self._names.setdefault(key, {})
-        before = len(names)
-        names[name] = names.get(name, 0) + delta
-        if not names[name]:
-            del names[name]
-        if not names:
-            del self._names[key]
-        self._collisions += (len(names) > 1) - (before > 1)
+    def _count(self, path: str, delta: int) -> None:
+        """Count the file at ``path`` in (``delta`` 1) or out of (-1) its folders and its entries' names."""
+        for entry in [*directory_prefixes(path), path]:
+            if entry != path:
+                self._dirs[entry] = self._dirs.get(entry, 0) + delta
+                if not self._dirs[entry]:
+                    del self._dirs[entry]
+            parent, _, name = entry.rpartition("/")
+            key = (parent, fold(name))
+            names = self._names.setdefault(key, {})
+            before = len(names)
+            names[name] = names.get(name, 0) + delta
+            if not names[name]:
+                del names[name]
+            if not names:
+                del self._names[key]
+            self._collisions += (len(names) > 1) - (before > 1)
 
     def _respelled_by(self, path: str, *, adding: bool) -> set[str]:
-        """The files whose spelling may change when ``path`` is added or removed: a file that
-        becomes a folder too or stops being one (``%_``), and the files at or below an entry whose
-        name stops or starts folding like a sibling's."""
+        """The files whose spelling may change when ``path`` comes or goes: a file that becomes a folder
+        too or stops being one (``%_``), and those at or below a name that starts or stops folding alike."""
         affected = {
             prefix
             for prefix in directory_prefixes(path)
             if self._dirs.get(prefix, 0) == (0 if adding else 1) and prefix in self._by_path
         }
-        for entry in _entries(path):
+        for entry in [*directory_prefixes(path), path]:
             parent, _, name = entry.rpartition("/")
             names = self._names.get((parent, fold(name)))
             if not names:
@@ -238,7 +215,7 @@ class PathMap:
             self._note_novel(path)
             new = self.spelling(path)
             if new != old and self.listener is not None:
-                self.listener.file_moved(old, new)
+                self.listener.append(Move(old, new))
 
     def _note_novel(self, path: str) -> None:
         suffixed = self.is_directory(path)
@@ -249,18 +226,9 @@ class PathMap:
             self._novel.discard(path)
 
 
-def _entries(path: str) -> list[str]:
-    """The folders that contain ``path``, and ``path``: each an entry of its parent folder."""
-    return [*directory_prefixes(path), path]
-
-
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:
-    """What a version does to the path map; the writer and :func:`replay` both use exactly this.
-
-    A delete removes the memory's file. A file written at ``written`` moves the memory there (its old
-    file goes), and a memory that still owned ``written`` (its delete lost to version retention)
-    loses it.
-    """
+    """What a version does to the path map; the writer and :func:`replay` both use exactly this. A
+    memory that still owned ``written`` (its delete lost to version retention) loses it."""
     old = paths.path_of(memory_id)
     if old is not None and (operation == "deleted" or (written is not None and old != written)):
         paths.remove(old)
@@ -297,12 +265,6 @@ class TreeChanges(list[Change]):
     """The file changes of the commit being built; as a :class:`PathMap`'s listener it keeps the tree's
     spelling in step with the map (``a`` ↔ ``a%_`` as ``a/...`` comes and goes)."""
 
-    def file_removed(self, tree_path: str) -> None:
-        self.append(Remove(tree_path))
-
-    def file_moved(self, old: str, new: str) -> None:
-        self.append(Move(old, new))
-
     def put(self, paths: PathMap, path: str, blob: str) -> None:
         """Write ``blob`` at memory path ``path``, spelled as the map has it now."""
         self.append(Put(paths.spelling(path), blob))
@@ -317,8 +279,7 @@ def _clean_identity(text: str, fallback: str) -> str:
 
 
 class ImportTarget(Protocol):
-    """What the writer needs of the mirror it writes into (:class:`memsync.mirror.Mirror` is one):
-    its refs and objects, and the caches an import keeps up to date."""
+    """What the writer needs of the mirror it writes into (:class:`memsync.mirror.Mirror` is one)."""
 
     git: GitStore
 
@@ -333,9 +294,8 @@ class ImportTarget(Protocol):
 class HistoryWriter:
     """Writes commits for :class:`VersionRecord` s onto ``refs/remotes/memstore/main``, one pack per batch.
 
-    A context manager (flushes on a clean exit); nothing touches the working tree. Each batch streams
-    into its own ``git fast-import``, and the ref moves only by compare-and-swap once that pack is
-    complete, so a kill at any moment leaves the previous checkpoint and resuming makes the same commits.
+    A context manager (flushes on a clean exit). The ref moves only by compare-and-swap once a batch's
+    pack is complete, so a kill at any moment leaves the previous checkpoint.
     """
 
     def __init__(
@@ -356,8 +316,7 @@ class HistoryWriter:
         self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
         self._new_content: dict[str, str] = {}  # sha256 → blob id, written in the unflushed batch
-        self._root_mark: tuple[int, int | None] | None = None  # (mark, History-Truncated) of a root
-        self._redacted_marks: list[tuple[int, RedactedCommit]] = []
+        self._noted: list[tuple[int, Trailers]] = []  # (mark, trailers) of the batch's facts' commits
         self._broken: str | None = None
         # With keep_ids, the id of every commit flushed, in order (a rewrite maps old ids to them).
         self.written: list[str] | None = [] if keep_ids else None
@@ -385,16 +344,12 @@ class HistoryWriter:
         )
 
     def add(self, record: VersionRecord) -> None:
-        """Write the commit for ``record``, flushing when the batch is full.
-
-        :class:`UnsafeInput` naming the version, before anything changes, refuses data that must not
-        be written (a hash mismatch, an impossible path, a malformed id); the engine can then add the
-        record again with ``skipped=True``.
-        """
+        """Write the commit for ``record``, flushing when the batch is full; :class:`UnsafeInput`, before
+        anything changes, refuses data that must not be written (the engine can add it ``skipped``)."""
         if self._broken:
             raise MirrorError(f"this history writer cannot continue: {self._broken}")
         self._validate(record)
-        author = Signature(
+        who = ident(
             _clean_identity(record.author_name, DEFAULT_AUTHOR_NAME),
             _clean_identity(record.author_email, DEFAULT_AUTHOR_EMAIL),
             math.floor(record.created_at.timestamp()),
@@ -416,14 +371,14 @@ class HistoryWriter:
             if written is None:
                 raise self._refuse(record, "it has content but no path, and the memory has no file yet")
             # Refuse an unencodable path, or one too long to check out, before changing anything.
-            spelled = self._paths.prospective_spelling(written)
+            spelled = self._paths.spelling(written, adding=True)
             if len(spelled.encode("utf-8")) > MAX_TREE_PATH_BYTES:
                 raise self._refuse(
                     record,
                     f"its path is spelled {escape_for_terminal(spelled[:80])}... in the checkout, over"
                     f" the {MAX_TREE_PATH_BYTES} bytes macOS and Windows accept; rename the memory",
                 )
-            moved_from = known if known is not None and known != written else None
+            moved_from = known if known != written else None
             apply_change(self._paths, record.memory_id, record.operation, written)
             self._changes.put(self._paths, written, blob)
         trailers = Trailers(
@@ -439,28 +394,15 @@ class HistoryWriter:
             history_truncated=record.history_truncated,
             format=2 if self._paths.novel else 1,
         )
-        message = format_message(self._summary(record, written or record.path or known, moved_from), trailers)
+        summary = self._summary(record, written or record.path or known, moved_from)
+        message = format_message(summary, trailers).encode("utf-8")
         mark = stream.commit(
-            parent=self._expected,
-            author=author.line(),
-            committer=author.line(),
-            message=message.encode("utf-8"),
-            changes=self._changes,
+            parent=self._expected, author=who, committer=who, message=message, changes=self._changes
         )
-        if first:
-            self._root_mark = (mark, record.history_truncated)
-        if record.redacted and not record.skipped:
-            wrote = blob is not None
-            facts = RedactedCommit("", record.version_id, record.memory_id, trailers.content_sha256, wrote)
-            self._redacted_marks.append((mark, facts))
+        if first or (record.redacted and not record.skipped):
+            self._noted.append((mark, trailers))
         if stream.commits >= self._batch_commits or stream.bytes_written >= self._batch_bytes:
             self.flush()
-
-    def write(self, records: Iterable[VersionRecord]) -> str | None:
-        """Add every record, then flush; the new tip."""
-        for record in records:
-            self.add(record)
-        return self.flush()
 
     def flush(self) -> str | None:
         """End the batch's ``git fast-import`` (its pack complete), then compare-and-swap the ref; the tip."""
@@ -471,13 +413,12 @@ class HistoryWriter:
             if stream is not None:
                 stream.abort()
             return self.tip
-        pending = stream.commits
         ids = stream.finish()
-        tip = ids[pending]
+        tip = ids[stream.commits]
         crash_point("mirror.pack_written")
         try:
             self._mirror.git.set_ref_if_equals(
-                self._ref, tip, self._expected, message=f"memsync: import {pending} versions"
+                self._ref, tip, self._expected, message=f"memsync: import {stream.commits} versions"
             )
         except RefMoved as exc:
             self._broken = str(exc)
@@ -485,15 +426,10 @@ class HistoryWriter:
         crash_point("mirror.ref_moved")
         self._mirror.checkpoint_written(self._ref, self._expected, tip, self._paths, self._new_content)
         if self._ref == MEMSTORE_REF:
-            facts = HistoryFacts()
-            if self._root_mark is not None:
-                facts.root, facts.truncated = ids[self._root_mark[0]], self._root_mark[1]
-            facts.redacted = [replace(found, commit=ids[mark]) for mark, found in self._redacted_marks]
-            _record_facts(self._mirror.git.state, self._expected, tip, facts)
+            self._record_facts(ids, tip)
         if self.written is not None:
-            self.written.extend(ids[mark] for mark in range(1, pending + 1))
-        self._root_mark = None
-        self._redacted_marks = []
+            self.written.extend(ids[mark] for mark in range(1, stream.commits + 1))
+        self._noted = []
         self._expected = tip
         self._new_content = {}
         self._mirror.git.repack()
@@ -509,6 +445,18 @@ class HistoryWriter:
         elif self._stream is not None:
             self._stream.abort()
             self._stream = None
+
+    def _record_facts(self, ids: dict[int, str], tip: str) -> None:
+        """Extend the facts cached at the batch's parent by the batch."""
+        state = self._mirror.git.state
+        cached_tip, facts = _load_facts(state) if self._expected is not None else (None, HistoryFacts())
+        if cached_tip != self._expected or facts is None:
+            # A mirror from before the facts, or a damaged entry: the next reader walks the history once.
+            state.put("history-facts", None)
+            return
+        for mark, trailers in self._noted:
+            facts.note(ids[mark], trailers, root=mark == 1 and self._expected is None)
+        _save_facts(state, tip, facts)
 
     def _refuse(self, record: VersionRecord, why: str) -> UnsafeInput:
         return UnsafeInput(f"version {record.version_id} of memory {record.memory_id} is not written: {why}")
@@ -593,11 +541,8 @@ class HistoryWriter:
         elif record.redacted:
             summary += " (redacted)"
         elif record.inferred is not None:
-            summary += INFERRED_SUMMARY
+            summary += " (inferred: the store no longer lists the memory)"
         return summary
-
-
-# --- facts about the whole history, kept up to date without reading it ----------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,20 +560,25 @@ class RedactedCommit:
 class HistoryFacts:
     """What pull, status and verify need to know about the imported history without a walk: its root,
     the root's ``History-Truncated`` count, and every commit of a redacted version (rare, so few).
-
-    Cached in ``.git/memsync/history-facts.json`` at a tip; the writer extends it batch by batch from
-    its records, and a reader whose cache is stale walks only the commits since the cached tip (all of
-    them after a rewrite).
     """
 
     root: str | None = None
     truncated: int | None = None
     redacted: list[RedactedCommit] = field(default_factory=list)
 
+    def note(self, commit: str, trailers: Trailers, *, root: bool) -> None:
+        """Add what ``commit`` (its ``trailers``; ``root``: the history's first commit) tells."""
+        if root:
+            self.root, self.truncated = commit, trailers.history_truncated
+        if trailers.redacted and trailers.skipped is None:
+            wrote = trailers.memory_path is not None and trailers.operation != "deleted"
+            version = (trailers.version_id, trailers.memory_id, trailers.content_sha256)
+            self.redacted.append(RedactedCommit(commit, *version, wrote))
+
 
 def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
-    """The facts of ``memstore/main`` as it is now (see :class:`HistoryFacts`); ``save=False`` for
-    readers that must write nothing (``memsync status``)."""
+    """The facts of ``memstore/main`` as it is now, cached at its tip (a stale cache: a walk of the commits
+    since the cached tip); ``save=False`` for readers that must write nothing (``memsync status``)."""
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None:
         return HistoryFacts()
@@ -640,34 +590,10 @@ def history_facts(mirror: GitStore, *, save: bool = True) -> HistoryFacts:
     with translated("reading the imported history"):
         for commit in mirror.walk(tip, since=cached_tip, oldest_first=True):
             commit_id = str(commit.id)
-            trailers = parse_message(commit.message, commit_id)
-            if not commit.parent_ids:
-                facts.root, facts.truncated = commit_id, trailers.history_truncated
-            if trailers.redacted and trailers.skipped is None:
-                wrote = trailers.memory_path is not None and trailers.operation != "deleted"
-                facts.redacted.append(
-                    RedactedCommit(
-                        commit_id, trailers.version_id, trailers.memory_id, trailers.content_sha256, wrote
-                    )
-                )
+            facts.note(commit_id, parse_message(commit.message, commit_id), root=not commit.parent_ids)
     if save:
         _save_facts(mirror.state, tip, facts)
     return facts
-
-
-def _record_facts(state: State, previous: str | None, tip: str, batch: HistoryFacts) -> None:
-    """Extend the cached facts at ``previous`` by a batch just written on top of it."""
-    if previous is None:
-        _save_facts(state, tip, batch)
-        return
-    cached_tip, facts = _load_facts(state)
-    if cached_tip != previous or facts is None:
-        # Not cached at the parent (a mirror from before the facts, or a damaged entry): the next
-        # reader walks the history once.
-        state.put("history-facts", None)
-        return
-    facts.redacted.extend(batch.redacted)
-    _save_facts(state, tip, facts)
 
 
 def _load_facts(state: State) -> tuple[str | None, HistoryFacts | None]:

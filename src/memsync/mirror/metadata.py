@@ -16,7 +16,7 @@ import pygit2
 
 from memsync.errors import UnsafeInput
 from memsync.mirror.errors import translated
-from memsync.mirror.fastimport import Change, Put, Remove, Signature, blob_id
+from memsync.mirror.fastimport import Change, Put, Remove, blob_id, ident
 from memsync.mirror.refs import METADATA_REF
 from memsync.mirror.trailers import ID_PATTERN
 
@@ -79,7 +79,7 @@ def write_metadata(
         if not changes:
             stream.abort()
             return None
-        who = Signature(author_name, author_email, math.floor(when.timestamp())).line()
+        who = ident(author_name, author_email, math.floor(when.timestamp()))
         mark = stream.commit(
             parent=parent, author=who, committer=who, message=MESSAGE.encode(), changes=changes
         )

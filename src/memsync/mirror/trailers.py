@@ -1,30 +1,7 @@
 """The commit message of an imported version: a summary line, a blank line, and strict trailers.
 
-Format 1, exactly (the trailers appear in this order; optional ones are left out when absent)::
-
-    updated notes/b.md (moved from notes/a.md)
-
-    Memory-Id: mem_01H...
-    Memory-Version: memver_01H...
-    Operation: updated
-    Memory-Path: notes/b.md
-    Content-SHA256: 9f86d081884c7d65...
-    Created-At: 2026-01-02T03:04:05.123456Z
-    Redacted: true
-    Memsync-Skipped: unsafe-path
-    Memsync-Inferred: tombstone-expired
-    History-Truncated: 3
-    Memsync-Format: 1
-
-``Memory-Path`` is the file the commit sets or removes (after a move); ``Content-SHA256`` is there when
-the API gave a hash or content was written; ``Created-At`` is the exact creation time (commit dates
-keep whole seconds); ``Memsync-Skipped`` (a reason token) marks a version the engine skipped, which
-changes no file; ``Memsync-Inferred`` (a reason token) a delete memsync inferred from the listing, whose
-``Memory-Version`` is ``inferred:<memory id>``; ``History-Truncated`` (a count) is on a mirror's first
-commit only, when that many memories had versions expired before the first import. Mirrors that need
-neither trailer keep their commit ids. Paths are C-quoted (:func:`quote_for_message`), so no path can
-add a line. Reading takes only the last paragraph and refuses unknown names, repeats, malformed values
-and any ``Memsync-Format`` but 1 and 2 (see ``FORMAT``).
+The format, each trailer's meaning and the reading rules are in docs/mirror.md, "Trailers". Paths are
+C-quoted (:func:`quote_for_message`), so no path can add a line.
 """
 
 from __future__ import annotations
@@ -42,7 +19,7 @@ from memsync.mirror.paths import check_memory_path, quote_for_message, unquote_f
 # Windows filesystems (docs/mirror.md, "Path spelling"); other trees stay format 1, keeping their commit
 # ids, and a memsync that reads format 1 only refuses format 2 commits instead of misreading them.
 FORMAT = 1
-FORMATS = (1, 2)
+FORMATS = ("1", "2")  # as Memsync-Format spells them
 Operation = Literal["created", "updated", "deleted"]
 OPERATIONS: tuple[Operation, ...] = ("created", "updated", "deleted")
 
@@ -69,7 +46,6 @@ _LINE = re.compile(r"([A-Za-z0-9-]+): (.*)")
 _COUNT_PATTERN = re.compile(r"[1-9][0-9]{0,9}")
 # The prefix of the Memory-Version of an inferred delete: no API's version id has a colon.
 INFERRED_PREFIX = "inferred:"
-_FORMAT_NAMES = tuple(str(number) for number in FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,28 +76,24 @@ def inferred_version_id(memory_id: str) -> str:
 
 def format_time(moment: datetime) -> str:
     """``Created-At``'s spelling: UTC, microseconds only when there are any, ``Z``."""
-    utc = moment.astimezone(UTC)
-    text = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-    if utc.microsecond:
-        text += f".{utc.microsecond:06d}"
-    return text + "Z"
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 def parse_time(text: str) -> datetime:
     match = _TIME_PATTERN.fullmatch(text)
     if match is None:
         raise ValueError(f"not a UTC time like 2026-01-02T03:04:05.123456Z: {text!r}")
-    year, month, day, hour, minute, second, micro = match.groups()
-    moment = datetime(
-        int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro or 0), tzinfo=UTC
-    )
+    year, month, day, hour, minute, second, micro = (int(part or 0) for part in match.groups())
+    moment = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
     if format_time(moment) != text:
         raise ValueError(f"not in canonical form: {text!r}")
     return moment
 
 
-def format_trailers(trailers: Trailers) -> str:
-    """The trailer paragraph (lines joined by newlines, no trailing newline), in :data:`ORDER`."""
+def format_message(summary: str, trailers: Trailers) -> str:
+    """The whole commit message: summary, blank line, the trailers in :data:`ORDER`, final newline."""
+    if "\n" in summary or summary.strip() != summary or summary == "":
+        raise ValueError(f"a summary is one non-empty line without outer spaces: {summary!r}")
     path = trailers.memory_path
     lines = (
         ("Memory-Id", trailers.memory_id),
@@ -136,14 +108,8 @@ def format_trailers(trailers: Trailers) -> str:
         ("History-Truncated", trailers.history_truncated),
         ("Memsync-Format", trailers.format),
     )
-    return "\n".join(f"{name}: {value}" for name, value in lines if value is not None)
-
-
-def format_message(summary: str, trailers: Trailers) -> str:
-    """The whole commit message: summary, blank line, trailers, final newline."""
-    if "\n" in summary or summary.strip() != summary or summary == "":
-        raise ValueError(f"a summary is one non-empty line without outer spaces: {summary!r}")
-    return f"{summary}\n\n{format_trailers(trailers)}\n"
+    text = "\n".join(f"{name}: {value}" for name, value in lines if value is not None)
+    return f"{summary}\n\n{text}\n"
 
 
 def parse_message(message: str, commit: str = "") -> Trailers:
@@ -162,10 +128,10 @@ def parse_message(message: str, commit: str = "") -> Trailers:
             raise FormatError(f"{where} repeats the trailer {name}")
         found[name] = value
     missing = REQUIRED - found.keys()
-    if "Memsync-Format" in found and found["Memsync-Format"] not in _FORMAT_NAMES:
+    if "Memsync-Format" in found and found["Memsync-Format"] not in FORMATS:
         raise FormatError(
             f"{where} is in Memsync-Format {found['Memsync-Format'][:20]!r}; this memsync reads formats "
-            f"{', '.join(_FORMAT_NAMES)} only: upgrade memsync (commit ids of a format change are never"
+            f"{', '.join(FORMATS)} only: upgrade memsync (commit ids of a format change are never"
             " mixed silently)"
         )
     if missing:
