@@ -1,15 +1,7 @@
 """The checkout's files as memories: reading them safely, and writing what reconciling decides.
 
-A memory is a regular file whose tree path decodes to a memory path (docs/design.md §2). Links, fifos,
-sockets and devices are reported, never read nor followed: ``lstat`` decides, and ``O_NOFOLLOW`` keeps a
-link swapped in after the ``lstat`` unfollowed. What :mod:`memsync.mirror.ignores` leaves out is no
-memory unless git tracks it or it is a memory already. A file with no memory path (``100%.md``, a second
+What is a memory is docs/push.md's "What is a memory". A file with no memory path (``100%.md``, a second
 spelling of one memory) is a *stray*: reported, never touched.
-
-:meth:`Worktree.apply` re-checks what every file holds before writing anything, so a file the user saved
-meanwhile is never overwritten (:class:`WorktreeChanged`: re-plan). Files are replaced by ``rename``
-from a temporary named like an editor's. The ``%_`` suffix of a file beside a folder (docs/mirror.md)
-depends on the whole set of paths, so files whose spelling changes are moved too.
 """
 
 from __future__ import annotations
@@ -78,11 +70,8 @@ class WorktreeScan:
 
 class _StatCache:
     """What scans found, by tree path and ``lstat`` (state ``worktree-stat``): hashing is most of a scan.
-
-    An entry is reused when size, mtime, ctime and inode are unchanged *and* the mtime was over a second
-    older than the scan that hashed it: a file rewritten within the same timestamp tick would otherwise
-    look unchanged (git's "racily clean" problem). A cache: any problem with it costs only time.
-    """
+    A file whose mtime is within a second of the scan that hashed it is hashed again: rewritten in the
+    same timestamp tick, it would look unchanged (git's "racily clean" problem)."""
 
     FORMAT = 2
     RACY_NS = 1_000_000_000
@@ -102,11 +91,9 @@ class _StatCache:
     def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None] | None:
         """``(sha256, problem)`` as the scan that hashed the file found them, if it is unchanged."""
         entry = self._old.get(tree_path)
-        if not isinstance(entry, list) or len(entry) != 7:
+        if not isinstance(entry, list) or len(entry) != 7 or entry[:4] != _stat_key(info):
             return None
-        size, mtime, ctime, inode, hashed_at, sha, problem = entry
-        if [size, mtime, ctime, inode] != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]:
-            return None
+        hashed_at, sha, problem = entry[4:]
         settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
         if not settled or not isinstance(sha, str) or not isinstance(problem, str | None):
             return None
@@ -114,14 +101,16 @@ class _StatCache:
         return sha, problem
 
     def store(self, tree_path: str, info: os.stat_result, sha: str, problem: str | None) -> None:
-        self._new[tree_path] = [
-            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, self._started, sha, problem
-        ]  # fmt: skip
+        self._new[tree_path] = [*_stat_key(info), self._started, sha, problem]
 
     def save(self) -> None:
         if self._new != self._old:
             with contextlib.suppress(MirrorError):  # a cache: the next scan hashes again
                 self._state.put("worktree-stat", {**self._header, "files": self._new})
+
+
+def _stat_key(info: os.stat_result) -> list[object]:
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
 def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
@@ -201,8 +190,7 @@ _READ_FLAGS = (
 
 
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
-    """``(sha256, size, bytes)`` of a regular file (bytes None when too large to be a memory), never
-    through a link nor blocking on a fifo (:class:`_NotRegular`)."""
+    """``(sha256, size, bytes or None when too large to be a memory)``, never through a link."""
     if not hasattr(os, "O_NOFOLLOW") and os.path.islink(full):
         raise _NotRegular("symlink")  # checked by hand where the flag cannot (a race git shares)
     try:
@@ -228,8 +216,7 @@ def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
 
 @functools.lru_cache(maxsize=64)
 def _case_insensitive(root: Path) -> bool:
-    """Whether the checkout's filesystem ignores case: ``.GIT`` is there (rule 2 escapes a memory's
-    ``.GIT``, so only the filesystem can answer yes)."""
+    # Rule 2 escapes a memory's ``.GIT``: only a filesystem that ignores case has one.
     return os.path.lexists(root / ".GIT")
 
 
@@ -243,12 +230,12 @@ def _named(root: Path, tree_path: str) -> bool:
 
 
 def _is_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder itself (a link to one is a file of the checkout: never followed)."""
+    """A link to a folder is a file of the checkout: never followed."""
     return os.path.isdir(path) and not os.path.islink(path)
 
 
 def prune_folders(root: Path, tree_path: str) -> None:
-    """Remove the folders of ``tree_path`` that are now empty, deepest first."""
+    """Remove the folders of ``tree_path`` that are now empty."""
     for folder in PurePosixPath(tree_path).parents[:-1]:
         try:
             (root / folder).rmdir()
@@ -256,13 +243,10 @@ def prune_folders(root: Path, tree_path: str) -> None:
             return
 
 
-# --- writing the checkout -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class CheckoutChange:
-    """Make the memory's file hold ``data`` (None: remove it), if it now hashes to ``expected_sha256``
-    (None: it must be absent)."""
+    """Make the memory's file hold ``data`` (None: remove it) if it hashes to ``expected_sha256`` (None:
+    absent)."""
 
     memory_path: str
     data: bytes | None
@@ -332,8 +316,7 @@ class Worktree:
         trust_cache: bool = True,
     ) -> WorktreeScan:
         """Hash the working tree's files. ``known`` memory paths count whatever git ignores (the base's
-        and the store's memories). ``trust_cache=False`` hashes every file again (see
-        :class:`_StatCache`); ``save_cache=False`` writes nothing (status, dry runs)."""
+        and the store's memories)."""
         cache = _StatCache(self._git, dialect, trusted=trust_cache)
         scan = WorktreeScan()
 
@@ -365,7 +348,7 @@ class Worktree:
         return scan
 
     def memory_paths(self) -> dict[str, str]:
-        """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
+        """``{memory path: tree path}`` of the checkout's files (any kind), none read."""
         found: dict[str, str] = {}
         for tree_path, _ in _walk(self.path):
             with contextlib.suppress(PathEncodingError):
@@ -405,7 +388,6 @@ class Worktree:
         return found[0] if found else None
 
     def _hash_at(self, tree_path: str) -> tuple[str | None, bytes | None]:
-        """``(sha256 or None when absent or NOT_REGULAR, bytes when a regular file of memory size)``."""
         try:
             sha, _, data = _hash_file(self.path / tree_path)
         except _NotRegular:
@@ -428,8 +410,9 @@ class Worktree:
         return data
 
     def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
-        """Carry out ``changes``, every expectation checked first; ``present``: ``{memory path: tree
-        path}`` as a scan found them. Returns warnings (a spelling something else keeps from changing)."""
+        """Carry out ``changes``, every expectation checked first; ``present``: ``{memory path: tree path}``
+        as scanned. Files are respelt too: a ``%_`` suffix depends on the whole set of paths. Returns
+        warnings."""
         by_path = {change.memory_path: change for change in changes}
         if len(by_path) != len(changes):
             raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
@@ -468,13 +451,12 @@ class Worktree:
         ]
 
     def _check_unchanged(self, memory_path: str, expected: str | None) -> None:
-        """Re-check just before touching the file: the user may have saved it since the first check."""
         found = self.sha256(memory_path)
         if found != expected:
             raise WorktreeChanged(self.locate(memory_path) or encoded(memory_path), expected, found)
 
     def wait_for_index_lock(self) -> None:
-        """Wait up to :data:`INDEX_LOCK_WAIT_S` while git holds ``.git/index.lock``, then a clear error."""
+        """Wait a while git holds ``.git/index.lock``, then a clear error."""
         lock = self._git.git_dir / "index.lock"
         deadline = time.monotonic() + INDEX_LOCK_WAIT_S
         while lock.exists():
