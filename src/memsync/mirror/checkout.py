@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, RepositoryState
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, RepositoryState
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
@@ -69,10 +69,7 @@ def _changed_paths(mirror: GitStore, old: str | None, new: str) -> set[str]:
 
 def local_changes(mirror: GitStore) -> tuple[str, ...]:
     """Paths the user changed since ``refs/memsync/base``: in the working tree and index, or committed."""
-    status = mirror.status()
-    in_checkout = {
-        path for path, flags in status.items() if flags not in (FileStatus.CURRENT, FileStatus.IGNORED)
-    }
+    in_checkout = set(mirror.status())
     head, tip = mirror.ref_target(MAIN_REF), mirror.ref_target(MEMSTORE_REF)
     committed: set[str] = set()
     # With main at the tip (killed before the base followed), base..main is imported history.

@@ -77,7 +77,7 @@ class _StatCache:
     RACY_NS = 1_000_000_000
 
     def __init__(self, git: GitStore, dialect: Dialect, *, trusted: bool) -> None:
-        self._state = git.state
+        self._state, self._dialect = git.state, dialect
         # What the cached answers depend on besides the files: a cache of another dialect is not used.
         self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
@@ -88,29 +88,42 @@ class _StatCache:
         self._old: dict[str, list[object]] = files if isinstance(files, dict) else {}
         self._new: dict[str, list[object]] = {}
 
-    def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None] | None:
-        """``(sha256, problem)`` as the scan that hashed the file found them, if it is unchanged."""
+    def inspect(self, full: Path, tree_path: str, info: os.stat_result) -> WorktreeFile:
+        """The file as the scan that hashed it found it, if it is unchanged; else hashed now."""
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
+        if kind != "file":
+            return WorktreeFile(tree_path, kind)
+        key: list[object] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
         entry = self._old.get(tree_path)
-        if not isinstance(entry, list) or len(entry) != 7 or entry[:4] != _stat_key(info):
-            return None
-        hashed_at, sha, problem = entry[4:]
-        settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
-        if not settled or not isinstance(sha, str) or not isinstance(problem, str | None):
-            return None
-        self._new[tree_path] = entry
-        return sha, problem
-
-    def store(self, tree_path: str, info: os.stat_result, sha: str, problem: str | None) -> None:
-        self._new[tree_path] = [*_stat_key(info), self._started, sha, problem]
+        if isinstance(entry, list) and len(entry) == 7 and entry[:4] == key:
+            hashed_at, old_sha, old_problem = entry[4:]
+            settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
+            if settled and isinstance(old_sha, str) and isinstance(old_problem, str | None):
+                self._new[tree_path] = entry
+                return WorktreeFile(tree_path, kind, old_sha, old_problem)
+        try:
+            sha, size, data = _hash_file(full)
+        except _NotRegular as exc:
+            return WorktreeFile(tree_path, exc.args[0])
+        except FileNotFoundError:
+            # Gone between the listing and the read (an editor saving by rename): held, not a delete.
+            return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
+        problem: str | None = None
+        try:
+            if data is None:
+                raise RuleViolation(
+                    "content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)"
+                )
+            decode_content(data, self._dialect)
+        except RuleViolation as exc:
+            problem = str(exc)
+        self._new[tree_path] = [*key, self._started, sha, problem]
+        return WorktreeFile(tree_path, kind, sha, problem)
 
     def save(self) -> None:
         if self._new != self._old:
             with contextlib.suppress(MirrorError):  # a cache: the next scan hashes again
                 self._state.put("worktree-stat", {**self._header, "files": self._new})
-
-
-def _stat_key(info: os.stat_result) -> list[object]:
-    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
 def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
@@ -144,34 +157,6 @@ _KINDS = {
     stat.S_IFCHR: "device",
     stat.S_IFBLK: "device",
 }
-
-
-def _inspect(
-    full: Path, tree_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
-) -> WorktreeFile:
-    kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
-    if kind != "file":
-        return WorktreeFile(tree_path, kind)
-    if (cached := cache.lookup(tree_path, info)) is not None:
-        return WorktreeFile(tree_path, kind, *cached)
-    try:
-        sha, size, data = _hash_file(full)
-    except _NotRegular as exc:
-        return WorktreeFile(tree_path, exc.args[0])
-    except FileNotFoundError:
-        # Gone between the listing and the read (an editor saving by rename): held, not a delete.
-        return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
-    problem: str | None = None
-    try:
-        if data is None:
-            raise RuleViolation(
-                "content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)"
-            )
-        decode_content(data, dialect)
-    except RuleViolation as exc:
-        problem = str(exc)
-    cache.store(tree_path, info, sha, problem)
-    return WorktreeFile(tree_path, kind, sha, problem)
 
 
 class _NotRegular(Exception):
@@ -253,53 +238,6 @@ class CheckoutChange:
     expected_sha256: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    target: str
-    where: str | None
-    change: CheckoutChange | None
-
-    def try_run(self, worktree: Worktree) -> bool:
-        """Write or move the file; False when the way is blocked for now (a file where a folder must go)."""
-        root = worktree.path
-        destination = root / self.target
-        try:
-            destination.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            return False
-        if _is_folder(destination):
-            try:
-                destination.rmdir()
-            except OSError:
-                return False
-        if self.change is None:
-            assert self.where is not None
-            if os.path.lexists(destination):
-                return False
-            try:
-                os.rename(root / self.where, destination)
-            except FileNotFoundError:
-                raise WorktreeChanged(self.where, "a file", None) from None
-            prune_folders(root, self.where)
-            return True
-        assert self.change.data is not None
-        worktree._check_unchanged(self.change.memory_path, self.change.expected_sha256)
-        moved_from = self.where if self.where != self.target else None
-        temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
-        with open(temporary, "xb") as out:
-            out.write(self.change.data)
-        try:
-            if moved_from is not None and os.path.lexists(destination):
-                return False
-            os.replace(temporary, destination)
-        finally:
-            temporary.unlink(missing_ok=True)  # gone already once renamed
-        if moved_from is not None:
-            (root / moved_from).unlink(missing_ok=True)
-            prune_folders(root, moved_from)
-        return True
-
-
 class Worktree:
     """The mirror's working tree as memories (``mirror.worktree``): see the module docstring."""
 
@@ -315,8 +253,7 @@ class Worktree:
         save_cache: bool = True,
         trust_cache: bool = True,
     ) -> WorktreeScan:
-        """Hash the working tree's files. ``known`` memory paths count whatever git ignores (the base's
-        and the store's memories)."""
+        """Hash the working tree's files; ``known`` memory paths count whatever git ignores."""
         cache = _StatCache(self._git, dialect, trusted=trust_cache)
         scan = WorktreeScan()
 
@@ -342,7 +279,7 @@ class Worktree:
                     f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
                 )
                 continue
-            scan.files[memory_path] = _inspect(self.path / tree_path, tree_path, info, dialect, cache)
+            scan.files[memory_path] = cache.inspect(self.path / tree_path, tree_path, info)
         if save_cache:
             cache.save()
         return scan
@@ -420,35 +357,73 @@ class Worktree:
             self._check_unchanged(change.memory_path, change.expected_sha256)
         removed = {c.memory_path for c in changes if c.data is None}
         final = (set(present) | set(by_path)) - removed
-        target = spell_all(final)
-        pending: list[_Step] = []
+        spelling = spell_all(final)
+        pending: list[tuple[str, str | None, CheckoutChange | None]] = []  # (target, where now, change)
         for memory_path in sorted(final):
             if (wanted := by_path.get(memory_path)) is not None:
-                pending.append(_Step(target[memory_path], self.locate(memory_path), wanted))
-            elif present[memory_path] != target[memory_path]:
-                pending.append(_Step(target[memory_path], present[memory_path], None))
+                pending.append((spelling[memory_path], self.locate(memory_path), wanted))
+            elif present[memory_path] != spelling[memory_path]:
+                pending.append((spelling[memory_path], present[memory_path], None))
         for memory_path in sorted(removed):
             if (gone := self.locate(memory_path)) is not None:
                 self._check_unchanged(memory_path, by_path[memory_path].expected_sha256)
                 os.unlink(self.path / gone)
                 prune_folders(self.path, gone)
         # A step blocked now may run once another has moved out of its way: go round while any runs.
-        while pending:
-            blocked = [step for step in pending if not step.try_run(self)]
-            if len(blocked) == len(pending):
-                break
+        while pending != (blocked := [step for step in pending if not self._move_or_write(*step)]):
             pending = blocked
-        for step in pending:
-            if step.change is not None:
+        for target, _, write in pending:
+            if write is not None:
                 raise MirrorError(
-                    f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
+                    f"cannot write {escape_for_terminal(target)}: another file or folder is in the"
                     " way (a file git ignores, or one that is no memory's spelling); move it and run again"
                 )
         return [
-            f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
-            f" {escape_for_terminal(step.target)}, but something else is in the way"
-            for step in pending
+            f"{escape_for_terminal(where or '')} keeps its spelling: memsync would spell it"
+            f" {escape_for_terminal(target)}, but something else is in the way"
+            for target, where, _ in pending
         ]
+
+    def _move_or_write(self, target: str, where: str | None, change: CheckoutChange | None) -> bool:
+        """Move the file at ``where`` to ``target``, or write ``change`` there; False when the way is
+        blocked for now (a file where a folder must go)."""
+        root = self.path
+        destination = root / target
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            return False
+        if _is_folder(destination):
+            try:
+                destination.rmdir()
+            except OSError:
+                return False
+        if change is None:
+            assert where is not None
+            if os.path.lexists(destination):
+                return False
+            try:
+                os.rename(root / where, destination)
+            except FileNotFoundError:
+                raise WorktreeChanged(where, "a file", None) from None
+            prune_folders(root, where)
+            return True
+        assert change.data is not None
+        self._check_unchanged(change.memory_path, change.expected_sha256)
+        moved_from = where if where != target else None
+        temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
+        with open(temporary, "xb") as out:
+            out.write(change.data)
+        try:
+            if moved_from is not None and os.path.lexists(destination):
+                return False
+            os.replace(temporary, destination)
+        finally:
+            temporary.unlink(missing_ok=True)  # gone already once renamed
+        if moved_from is not None:
+            (root / moved_from).unlink(missing_ok=True)
+            prune_folders(root, moved_from)
+        return True
 
     def _check_unchanged(self, memory_path: str, expected: str | None) -> None:
         found = self.sha256(memory_path)
