@@ -1,7 +1,7 @@
 """The checkout's files as memories: reading them safely, and writing what reconciling decides.
 
-What is a memory is docs/push.md's "What is a memory". A file with no memory path (``100%.md``, a second
-spelling of one memory) is a *stray*: reported, never touched.
+A memory is a regular file whose path decodes to a memory path (docs/push.md, "What is a memory"); a file
+with no memory path (``100%.md``, a second spelling of one memory) is a *stray*: reported, never touched.
 """
 
 from __future__ import annotations
@@ -230,8 +230,7 @@ def prune_folders(root: Path, tree_path: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CheckoutChange:
-    """Make the memory's file hold ``data`` (None: remove it) if it hashes to ``expected_sha256`` (None:
-    absent)."""
+    """``data`` for the memory's file (None: remove it) if it hashes to ``expected_sha256`` (None: absent)."""
 
     memory_path: str
     data: bytes | None
@@ -347,9 +346,8 @@ class Worktree:
         return data
 
     def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
-        """Carry out ``changes``, every expectation checked first; ``present``: ``{memory path: tree path}``
-        as scanned. Files are respelt too: a ``%_`` suffix depends on the whole set of paths. Returns
-        warnings."""
+        """Carry out ``changes``, every expectation checked first, and respell the files ``present`` (as
+        scanned) whose ``%_`` suffix the new set of paths changes; returns warnings."""
         by_path = {change.memory_path: change for change in changes}
         if len(by_path) != len(changes):
             raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
