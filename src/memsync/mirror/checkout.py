@@ -89,8 +89,7 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     tree = mirror.tree(tip)
-    # libgit2 writes each file in place: after a killed checkout (only then), one file that is the
-    # start of the tip's is the tip's too.
+    # libgit2 writes in place: after a killed checkout (only then), one file cut short is the tip's too.
     may_be_cut = _killed_checkout(mirror) is not None
     for path in paths:
         wanted = _blob_data(tree, path)
@@ -127,8 +126,7 @@ def _marked_checkout(
     mirror.checkout(
         tree, strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED, callbacks=conflicts, paths=paths
     )
-    # Durable before the intent goes: after a power cut, a file the checkout wrote that came back
-    # empty or short must still be memsync's to settle, never taken for the user's edit.
+    # Durable before the intent goes: a file a power cut left short stays memsync's to settle, not an edit.
     written = paths if paths is not None else _changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
@@ -251,9 +249,8 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
-            # A file appeared in the way after the status was read (libgit2 checks every conflict before
-            # writing: nothing was touched). Unless it is the tip's (a run killed before moving main),
-            # move nothing; if it is, force to the tip those files and where main and the tip differ, no more.
+            # A file appeared in the way since the status (libgit2 then writes nothing). If it is the tip's
+            # (a run killed before moving main), force those files and main..tip to the tip, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
                 _marked_checkout(mirror, head, tip, None, sorted(moved))
