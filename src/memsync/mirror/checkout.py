@@ -1,9 +1,7 @@
 """Bringing the checkout (``main`` and the working tree) up to the imported tip, never over a local edit.
 
-Local changes are the working tree's and the index's differences from ``main`` (editor temporaries
-excluded) plus what commits on ``main`` changed since ``refs/memsync/base``. With any, nothing moves and
-the push engine reconciles them. Otherwise the working tree is checked out to the tip *first* and ``main``
-moved after (the other order changes nothing on disk and leaves a staged reverse change), then the base.
+The working tree goes to the tip *first* and ``main`` after (the other order changes nothing on disk and
+leaves a staged reverse change), then the base.
 """
 
 from __future__ import annotations
@@ -13,10 +11,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import CheckoutNotify, CheckoutStrategy, FileStatus, RepositoryState
+from pygit2.enums import CheckoutNotify, CheckoutStrategy, RepositoryState
 
 from memsync.crashpoints import crash_point
 from memsync.errors import MirrorError
@@ -34,12 +32,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class CheckoutUpdate:
-    """What :func:`update_checkout` did.
-
-    ``updated``: ``main``, the working tree and the base are now at ``tip``. ``local_changes``: tree
-    paths changed since the base (then nothing moved). ``diverged``: ``main`` has commits the tip lacks,
-    so it cannot fast-forward (the push engine decides). ``reason``: why nothing moved.
-    """
+    """What :func:`update_checkout` did; ``reason``: why nothing moved."""
 
     tip: str | None
     updated: bool = False
@@ -75,15 +68,11 @@ def _changed_paths(mirror: GitStore, old: str | None, new: str) -> set[str]:
 
 
 def local_changes(mirror: GitStore) -> tuple[str, ...]:
-    """Working-tree paths the user changed since ``refs/memsync/base`` (sorted, unique)."""
-    status = mirror.status()
-    in_checkout = {
-        path for path, flags in status.items() if flags not in (FileStatus.CURRENT, FileStatus.IGNORED)
-    }
+    """Paths the user changed since ``refs/memsync/base``: in the working tree and index, or committed."""
+    in_checkout = set(mirror.status())
     head, tip = mirror.ref_target(MAIN_REF), mirror.ref_target(MEMSTORE_REF)
     committed: set[str] = set()
-    # With main at the tip (a checkout killed before the base followed), what lies between the base
-    # and main is imported history, not the user's.
+    # With main at the tip (killed before the base followed), base..main is imported history.
     if head is not None and head != tip:
         # Lost refs/memsync/base: where main left the imported history (imported commits are not local).
         base = mirror.ref_target(BASE_REF) or (None if tip is None else mirror.merge_base(head, tip))
@@ -94,31 +83,25 @@ def local_changes(mirror: GitStore) -> tuple[str, ...]:
 
 
 def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
-    """Whether each of ``paths`` already holds what the imported tip holds there.
-
-    A kill part way through :func:`update_checkout` leaves some files the tip's and the rest ``main``'s
-    (libgit2 writes file by file, the index last): none of it is the user's, and the checkout must go on.
-    A file that matches neither (an edit) makes this False, and nothing is overwritten.
-    """
+    """Whether each of ``paths`` already holds what the imported tip holds there: a kill part way
+    through :func:`update_checkout` leaves files the tip's and the rest ``main``'s, none the user's."""
     tip = mirror.ref_target(MEMSTORE_REF)
     if tip is None or (head is not None and not mirror.is_ancestor(head, tip)):
         return False
     tree = mirror.tree(tip)
-    # libgit2 writes each file in place, so a kill can cut the one it was writing short: after a
-    # killed checkout (and only then), one file that is the start of the tip's is the tip's too.
+    # libgit2 writes in place: after a killed checkout (only then), one file cut short is the tip's too.
     may_be_cut = _killed_checkout(mirror) is not None
     for path in paths:
-        entry = tree[path] if path in tree else None  # noqa: SIM401 (a pygit2.Tree has no get)
+        wanted = _blob_data(tree, path)
         on_disk = mirror.workdir / path
-        if not isinstance(entry, pygit2.Blob):
+        if wanted is None:
             # The tip has no file here; a folder of the tip's is fine (the status lists its files).
-            is_folder = entry is not None and os.path.isdir(on_disk) and not os.path.islink(on_disk)
+            is_folder = path in tree and os.path.isdir(on_disk) and not os.path.islink(on_disk)
             if os.path.lexists(on_disk) and not is_folder:
                 return False
             continue
         if os.path.islink(on_disk):
             return False
-        wanted = entry.data
         try:
             # Read, not stat-then-read: the user's editor may be saving it this very moment.
             with open(on_disk, "rb") as file:
@@ -133,66 +116,41 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
 
 
 def _marked_checkout(
-    mirror: GitStore,
-    old: str | None,
-    new: str,
-    strategy: CheckoutStrategy,
-    *,
-    callbacks: ConflictPaths | None = None,
-    paths: list[str] | None = None,
+    mirror: GitStore, old: str | None, new: str, conflicts: ConflictPaths | None, paths: list[str] | None
 ) -> None:
-    """libgit2's checkout (never over an ignored file) from main's commit ``old`` to the tip ``new``.
-
-    The state's ``checkout`` intent ({"from", "to", "started"}) is noted before a file is written and
-    removed once all are durable; a kill, a full disk or any error in between leaves it, and the next
-    run holding the store's lock settles the working tree by it (:func:`undo_interrupted_checkout`).
-    """
+    """libgit2's checkout from main's commit ``old`` to the tip ``new``: SAFE, or with ``paths`` FORCE for
+    those. The state's ``checkout`` intent stays unless it ends well (:func:`undo_interrupted_checkout`)."""
     tree = mirror.tree(new)
     mirror.state.put("checkout", {"from": old, "to": new, "started": time.time()})
+    strategy = CheckoutStrategy.SAFE if paths is None else CheckoutStrategy.FORCE
     mirror.checkout(
-        tree,
-        strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED,
-        callbacks=callbacks,
-        paths=paths,
+        tree, strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED, callbacks=conflicts, paths=paths
     )
-    # Durable before the intent goes: after a power cut, a file the checkout wrote that came back
-    # empty or short must still be memsync's to settle, never taken for the user's edit.
+    # Durable before the intent goes: a file a power cut left short stays memsync's to settle, not an edit.
     written = paths if paths is not None else _changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
 
 
-def _killed_checkout(mirror: GitStore) -> float | None:
-    """When an interrupted checkout started, else None. The caller holds the store's lock, so no
-    checkout of ours is running now: an intent left is an interrupted one."""
+def _killed_checkout(mirror: GitStore) -> dict[str, Any] | None:
+    """The intent a checkout left: the caller holds the store's lock, so it is an interrupted one."""
     intent = mirror.state.get("checkout")
-    started = intent.get("started") if isinstance(intent, dict) else None
-    return float(started) if isinstance(started, int | float) else None
+    return intent if isinstance(intent, dict) and isinstance(intent.get("started"), int | float) else None
 
 
 def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
-    """Settle a checkout that stopped part way so that none of memsync's writes is taken for the user's;
-    returns the paths left alone because the user changed them since. No-op without an intent.
-
-    Of the paths the checkout was to change, a file holding main's content, the tip's, or the start of
-    the tip's (the one libgit2 was writing) is memsync's; anything else is the user's. A checkout from
-    a commit is rolled back (files and index to main's; ``main`` and the base never moved), so an edit
-    made meanwhile meets the tip in the ordinary three-way merge. The first checkout (main has no
-    commit to merge an edit against) is completed instead: files, index, ``main`` and the base go to
-    the tip, and an edit made meanwhile is an edit of the tip's file.
-    """
-    started = _killed_checkout(mirror)
-    if started is None:
+    """Settle a checkout that stopped part way (docs/reliability.md, "The checkout's intent"); returns
+    the paths left alone because the user changed them since."""
+    intent = _killed_checkout(mirror)
+    if intent is None:
         return ()
-    intent = mirror.state.get("checkout")
-    old, new = intent.get("from"), intent.get("to")
     kept: list[str] = []
-    if new is not None:
+    if intent.get("to") is not None:
         lock = mirror.git_dir / "index.lock"
         with contextlib.suppress(OSError):
-            if lock.stat().st_mtime >= started:
+            if lock.stat().st_mtime >= intent["started"]:
                 lock.unlink()  # libgit2's, held for the whole checkout: the kill left it
-        kept = _settle(mirror, old, new)
+        kept = _settle(mirror, intent.get("from"), intent["to"])
         if kept:
             log.warning(
                 "a checkout that stopped part way was settled; %d file(s) changed since were left"
@@ -205,7 +163,7 @@ def undo_interrupted_checkout(mirror: GitStore) -> tuple[str, ...]:
 
 
 def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
-    """:func:`undo_interrupted_checkout`'s work: back to ``old``, or on to ``new`` when ``old`` is None."""
+    """Back to ``old``, or on to ``new`` for a first checkout (no commit to merge an edit against)."""
     forward = old is None
     old_tree, new_tree = mirror.tree(old), mirror.tree(new)
     root = mirror.workdir
@@ -249,12 +207,11 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
     if forward:
         index.read_tree(new_tree)
     else:
-        for path in settle:
+        for path, content in settle.items():
             if path in kept:
                 continue
-            entry = old_tree[path] if path in old_tree else None  # noqa: SIM401
-            if isinstance(entry, pygit2.Blob):
-                index.add(pygit2.IndexEntry(path, entry.id, pygit2.enums.FileMode.BLOB))
+            if content is not None:  # main's blob
+                index.add(pygit2.IndexEntry(path, old_tree[path].id, pygit2.enums.FileMode.BLOB))
             elif path in index:
                 index.remove(path)
     index.write()
@@ -266,7 +223,7 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
 
 
 def _blob_data(tree: pygit2.Tree, path: str) -> bytes | None:
-    entry = tree[path] if path in tree else None  # noqa: SIM401
+    entry = tree[path] if path in tree else None  # noqa: SIM401 (a pygit2.Tree has no get)
     return entry.data if isinstance(entry, pygit2.Blob) else None
 
 
@@ -276,8 +233,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     if tip is None:
         return CheckoutUpdate(tip=None, reason="nothing has been imported yet")
     undo_interrupted_checkout(mirror)
-    # Mid-rebase (or merge, bisect, ...) the checkout is git's and the user's: moving main or the
-    # files under that operation would make its --continue or --abort go wrong.
+    # Mid-rebase (or merge, ...), moving main or the files would make its --continue or --abort go wrong.
     if (problem := head_problem(mirror)) is not None:
         return CheckoutUpdate(tip=tip, diverged=True, reason=problem)
     if changes := local_changes(mirror):
@@ -289,16 +245,15 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     if head != tip:
         conflicts = ConflictPaths()
         try:
-            _marked_checkout(mirror, head, tip, CheckoutStrategy.SAFE, callbacks=conflicts)
+            _marked_checkout(mirror, head, tip, conflicts, None)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
-            # A file appeared in the way after the status was read (libgit2 checks every conflict before
-            # writing: nothing was touched). Unless it is the tip's (a run killed before moving main),
-            # move nothing; if it is, force to the tip those files and where main and the tip differ, no more.
+            # A file appeared in the way since the status (libgit2 then writes nothing). If it is the tip's
+            # (a run killed before moving main), force those files and main..tip to the tip, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
-                _marked_checkout(mirror, head, tip, CheckoutStrategy.FORCE, paths=sorted(moved))
+                _marked_checkout(mirror, head, tip, None, sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(
@@ -309,7 +264,6 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
         crash_point("checkout.main_moved")
     if base != tip:
         mirror.set_ref_if_equals(BASE_REF, tip, base, message="memsync: checkout reconciled")
-    # "updated" only when something moved: a pull that found nothing new leaves it "unchanged".
     return CheckoutUpdate(tip=tip, updated=head != tip or base != tip)
 
 
@@ -347,10 +301,7 @@ _AFTER = ", then sync again"
 
 def head_problem(mirror: GitStore) -> str | None:
     """Why the checkout cannot be reconciled now, naming the git command that ends it; or None.
-
-    A git operation in progress comes first: a rebase or a bisect also detaches HEAD, and the
-    `git switch main` that a detached HEAD calls for is what git refuses in the middle of them.
-    """
+    A git operation in progress comes first: a rebase or a bisect also detaches HEAD."""
     head = mirror.head()
     if (state := head.state) is not RepositoryState.NONE:
         return _IN_PROGRESS.get(state, f"a git operation ({state.name.lower()}) is in progress") + _AFTER

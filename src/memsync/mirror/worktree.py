@@ -1,15 +1,7 @@
 """The checkout's files as memories: reading them safely, and writing what reconciling decides.
 
-A memory is a regular file whose tree path decodes to a memory path (docs/design.md §2). Links, fifos,
-sockets and devices are reported, never read nor followed: ``lstat`` decides, and ``O_NOFOLLOW`` keeps a
-link swapped in after the ``lstat`` unfollowed. What :mod:`memsync.mirror.ignores` leaves out is no
-memory unless git tracks it or it is a memory already. A file with no memory path (``100%.md``, a second
-spelling of one memory) is a *stray*: reported, never touched.
-
-:meth:`Worktree.apply` re-checks what every file holds before writing anything, so a file the user saved
-meanwhile is never overwritten (:class:`WorktreeChanged`: re-plan). Files are replaced by ``rename``
-from a temporary named like an editor's. The ``%_`` suffix of a file beside a folder (docs/mirror.md)
-depends on the whole set of paths, so files whose spelling changes are moved too.
+A memory is a regular file whose path decodes to a memory path (docs/push.md, "What is a memory"); a file
+with no memory path (``100%.md``, a second spelling of one memory) is a *stray*: reported, never touched.
 """
 
 from __future__ import annotations
@@ -78,17 +70,14 @@ class WorktreeScan:
 
 class _StatCache:
     """What scans found, by tree path and ``lstat`` (state ``worktree-stat``): hashing is most of a scan.
-
-    An entry is reused when size, mtime, ctime and inode are unchanged *and* the mtime was over a second
-    older than the scan that hashed it: a file rewritten within the same timestamp tick would otherwise
-    look unchanged (git's "racily clean" problem). A cache: any problem with it costs only time.
-    """
+    A file whose mtime is within a second of the scan that hashed it is hashed again: rewritten in the
+    same timestamp tick, it would look unchanged (git's "racily clean" problem)."""
 
     FORMAT = 2
     RACY_NS = 1_000_000_000
 
     def __init__(self, git: GitStore, dialect: Dialect, *, trusted: bool) -> None:
-        self._state = git.state
+        self._state, self._dialect = git.state, dialect
         # What the cached answers depend on besides the files: a cache of another dialect is not used.
         self._header = {"format": self.FORMAT, "dialect": dialect.value}
         self._started = time.time_ns()
@@ -99,24 +88,37 @@ class _StatCache:
         self._old: dict[str, list[object]] = files if isinstance(files, dict) else {}
         self._new: dict[str, list[object]] = {}
 
-    def lookup(self, tree_path: str, info: os.stat_result) -> tuple[str, str | None] | None:
-        """``(sha256, problem)`` as the scan that hashed the file found them, if it is unchanged."""
+    def inspect(self, full: Path, tree_path: str, info: os.stat_result) -> WorktreeFile:
+        """The file as the scan that hashed it found it, if it is unchanged; else hashed now."""
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
+        if kind != "file":
+            return WorktreeFile(tree_path, kind)
+        key: list[object] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
         entry = self._old.get(tree_path)
-        if not isinstance(entry, list) or len(entry) != 7:
-            return None
-        size, mtime, ctime, inode, hashed_at, sha, problem = entry
-        if [size, mtime, ctime, inode] != [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]:
-            return None
-        settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
-        if not settled or not isinstance(sha, str) or not isinstance(problem, str | None):
-            return None
-        self._new[tree_path] = entry
-        return sha, problem
-
-    def store(self, tree_path: str, info: os.stat_result, sha: str, problem: str | None) -> None:
-        self._new[tree_path] = [
-            info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, self._started, sha, problem
-        ]  # fmt: skip
+        if isinstance(entry, list) and len(entry) == 7 and entry[:4] == key:
+            hashed_at, old_sha, old_problem = entry[4:]
+            settled = isinstance(hashed_at, int) and info.st_mtime_ns + self.RACY_NS < hashed_at
+            if settled and isinstance(old_sha, str) and isinstance(old_problem, str | None):
+                self._new[tree_path] = entry
+                return WorktreeFile(tree_path, kind, old_sha, old_problem)
+        try:
+            sha, size, data = _hash_file(full)
+        except _NotRegular as exc:
+            return WorktreeFile(tree_path, exc.args[0])
+        except FileNotFoundError:
+            # Gone between the listing and the read (an editor saving by rename): held, not a delete.
+            return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
+        problem: str | None = None
+        try:
+            if data is None:
+                raise RuleViolation(
+                    "content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)"
+                )
+            decode_content(data, self._dialect)
+        except RuleViolation as exc:
+            problem = str(exc)
+        self._new[tree_path] = [*key, self._started, sha, problem]
+        return WorktreeFile(tree_path, kind, sha, problem)
 
     def save(self) -> None:
         if self._new != self._old:
@@ -157,34 +159,6 @@ _KINDS = {
 }
 
 
-def _inspect(
-    full: Path, tree_path: str, info: os.stat_result, dialect: Dialect, cache: _StatCache
-) -> WorktreeFile:
-    kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
-    if kind != "file":
-        return WorktreeFile(tree_path, kind)
-    if (cached := cache.lookup(tree_path, info)) is not None:
-        return WorktreeFile(tree_path, kind, *cached)
-    try:
-        sha, size, data = _hash_file(full)
-    except _NotRegular as exc:
-        return WorktreeFile(tree_path, exc.args[0])
-    except FileNotFoundError:
-        # Gone between the listing and the read (an editor saving by rename): held, not a delete.
-        return WorktreeFile(tree_path, kind, problem="it disappeared while memsync read it")
-    problem: str | None = None
-    try:
-        if data is None:
-            raise RuleViolation(
-                "content", "too_large", f"is {size} bytes; at most {MAX_CONTENT_BYTES} (100 KiB)"
-            )
-        decode_content(data, dialect)
-    except RuleViolation as exc:
-        problem = str(exc)
-    cache.store(tree_path, info, sha, problem)
-    return WorktreeFile(tree_path, kind, sha, problem)
-
-
 class _NotRegular(Exception):
     """A file that is never read (a link, a fifo, ...); its kind (:class:`WorktreeFile`) is ``args[0]``."""
 
@@ -201,8 +175,7 @@ _READ_FLAGS = (
 
 
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
-    """``(sha256, size, bytes)`` of a regular file (bytes None when too large to be a memory), never
-    through a link nor blocking on a fifo (:class:`_NotRegular`)."""
+    """``(sha256, size, bytes or None when too large to be a memory)``, never through a link."""
     if not hasattr(os, "O_NOFOLLOW") and os.path.islink(full):
         raise _NotRegular("symlink")  # checked by hand where the flag cannot (a race git shares)
     try:
@@ -228,8 +201,7 @@ def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
 
 @functools.lru_cache(maxsize=64)
 def _case_insensitive(root: Path) -> bool:
-    """Whether the checkout's filesystem ignores case: ``.GIT`` is there (rule 2 escapes a memory's
-    ``.GIT``, so only the filesystem can answer yes)."""
+    # Rule 2 escapes a memory's ``.GIT``: only a filesystem that ignores case has one.
     return os.path.lexists(root / ".GIT")
 
 
@@ -243,12 +215,12 @@ def _named(root: Path, tree_path: str) -> bool:
 
 
 def _is_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder itself (a link to one is a file of the checkout: never followed)."""
+    """A link to a folder is a file of the checkout: never followed."""
     return os.path.isdir(path) and not os.path.islink(path)
 
 
 def prune_folders(root: Path, tree_path: str) -> None:
-    """Remove the folders of ``tree_path`` that are now empty, deepest first."""
+    """Remove the folders of ``tree_path`` that are now empty."""
     for folder in PurePosixPath(tree_path).parents[:-1]:
         try:
             (root / folder).rmdir()
@@ -256,64 +228,13 @@ def prune_folders(root: Path, tree_path: str) -> None:
             return
 
 
-# --- writing the checkout -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class CheckoutChange:
-    """Make the memory's file hold ``data`` (None: remove it), if it now hashes to ``expected_sha256``
-    (None: it must be absent)."""
+    """``data`` for the memory's file (None: remove it) if it hashes to ``expected_sha256`` (None: absent)."""
 
     memory_path: str
     data: bytes | None
     expected_sha256: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    target: str
-    where: str | None
-    change: CheckoutChange | None
-
-    def try_run(self, worktree: Worktree) -> bool:
-        """Write or move the file; False when the way is blocked for now (a file where a folder must go)."""
-        root = worktree.path
-        destination = root / self.target
-        try:
-            destination.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            return False
-        if _is_folder(destination):
-            try:
-                destination.rmdir()
-            except OSError:
-                return False
-        if self.change is None:
-            assert self.where is not None
-            if os.path.lexists(destination):
-                return False
-            try:
-                os.rename(root / self.where, destination)
-            except FileNotFoundError:
-                raise WorktreeChanged(self.where, "a file", None) from None
-            prune_folders(root, self.where)
-            return True
-        assert self.change.data is not None
-        worktree._check_unchanged(self.change.memory_path, self.change.expected_sha256)
-        moved_from = self.where if self.where != self.target else None
-        temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
-        with open(temporary, "xb") as out:
-            out.write(self.change.data)
-        try:
-            if moved_from is not None and os.path.lexists(destination):
-                return False
-            os.replace(temporary, destination)
-        finally:
-            temporary.unlink(missing_ok=True)  # gone already once renamed
-        if moved_from is not None:
-            (root / moved_from).unlink(missing_ok=True)
-            prune_folders(root, moved_from)
-        return True
 
 
 class Worktree:
@@ -331,9 +252,7 @@ class Worktree:
         save_cache: bool = True,
         trust_cache: bool = True,
     ) -> WorktreeScan:
-        """Hash the working tree's files. ``known`` memory paths count whatever git ignores (the base's
-        and the store's memories). ``trust_cache=False`` hashes every file again (see
-        :class:`_StatCache`); ``save_cache=False`` writes nothing (status, dry runs)."""
+        """Hash the working tree's files; ``known`` memory paths count whatever git ignores."""
         cache = _StatCache(self._git, dialect, trusted=trust_cache)
         scan = WorktreeScan()
 
@@ -359,13 +278,13 @@ class Worktree:
                     f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
                 )
                 continue
-            scan.files[memory_path] = _inspect(self.path / tree_path, tree_path, info, dialect, cache)
+            scan.files[memory_path] = cache.inspect(self.path / tree_path, tree_path, info)
         if save_cache:
             cache.save()
         return scan
 
     def memory_paths(self) -> dict[str, str]:
-        """``{memory path: tree path}`` of the checkout's files (any kind), without reading any file."""
+        """``{memory path: tree path}`` of the checkout's files (any kind), none read."""
         found: dict[str, str] = {}
         for tree_path, _ in _walk(self.path):
             with contextlib.suppress(PathEncodingError):
@@ -405,7 +324,6 @@ class Worktree:
         return found[0] if found else None
 
     def _hash_at(self, tree_path: str) -> tuple[str | None, bytes | None]:
-        """``(sha256 or None when absent or NOT_REGULAR, bytes when a regular file of memory size)``."""
         try:
             sha, _, data = _hash_file(self.path / tree_path)
         except _NotRegular:
@@ -428,8 +346,8 @@ class Worktree:
         return data
 
     def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
-        """Carry out ``changes``, every expectation checked first; ``present``: ``{memory path: tree
-        path}`` as a scan found them. Returns warnings (a spelling something else keeps from changing)."""
+        """Carry out ``changes``, every expectation checked first, and respell the files ``present`` (as
+        scanned) whose ``%_`` suffix the new set of paths changes; returns warnings."""
         by_path = {change.memory_path: change for change in changes}
         if len(by_path) != len(changes):
             raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
@@ -437,44 +355,81 @@ class Worktree:
             self._check_unchanged(change.memory_path, change.expected_sha256)
         removed = {c.memory_path for c in changes if c.data is None}
         final = (set(present) | set(by_path)) - removed
-        target = spell_all(final)
-        pending: list[_Step] = []
+        spelling = spell_all(final)
+        pending: list[tuple[str, str | None, CheckoutChange | None]] = []  # (target, where now, change)
         for memory_path in sorted(final):
             if (wanted := by_path.get(memory_path)) is not None:
-                pending.append(_Step(target[memory_path], self.locate(memory_path), wanted))
-            elif present[memory_path] != target[memory_path]:
-                pending.append(_Step(target[memory_path], present[memory_path], None))
+                pending.append((spelling[memory_path], self.locate(memory_path), wanted))
+            elif present[memory_path] != spelling[memory_path]:
+                pending.append((spelling[memory_path], present[memory_path], None))
         for memory_path in sorted(removed):
             if (gone := self.locate(memory_path)) is not None:
                 self._check_unchanged(memory_path, by_path[memory_path].expected_sha256)
                 os.unlink(self.path / gone)
                 prune_folders(self.path, gone)
         # A step blocked now may run once another has moved out of its way: go round while any runs.
-        while pending:
-            blocked = [step for step in pending if not step.try_run(self)]
-            if len(blocked) == len(pending):
-                break
+        while pending != (blocked := [step for step in pending if not self._move_or_write(*step)]):
             pending = blocked
-        for step in pending:
-            if step.change is not None:
+        for target, _, write in pending:
+            if write is not None:
                 raise MirrorError(
-                    f"cannot write {escape_for_terminal(step.target)}: another file or folder is in the"
+                    f"cannot write {escape_for_terminal(target)}: another file or folder is in the"
                     " way (a file git ignores, or one that is no memory's spelling); move it and run again"
                 )
         return [
-            f"{escape_for_terminal(step.where or '')} keeps its spelling: memsync would spell it"
-            f" {escape_for_terminal(step.target)}, but something else is in the way"
-            for step in pending
+            f"{escape_for_terminal(where or '')} keeps its spelling: memsync would spell it"
+            f" {escape_for_terminal(target)}, but something else is in the way"
+            for target, where, _ in pending
         ]
 
+    def _move_or_write(self, target: str, where: str | None, change: CheckoutChange | None) -> bool:
+        """Move the file at ``where`` to ``target``, or write ``change`` there; False when the way is
+        blocked for now (a file where a folder must go)."""
+        root = self.path
+        destination = root / target
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            return False
+        if _is_folder(destination):
+            try:
+                destination.rmdir()
+            except OSError:
+                return False
+        if change is None:
+            assert where is not None
+            if os.path.lexists(destination):
+                return False
+            try:
+                os.rename(root / where, destination)
+            except FileNotFoundError:
+                raise WorktreeChanged(where, "a file", None) from None
+            prune_folders(root, where)
+            return True
+        assert change.data is not None
+        self._check_unchanged(change.memory_path, change.expected_sha256)
+        moved_from = where if where != target else None
+        temporary = destination.parent / f"{TEMPORARY_PREFIX}{secrets.token_hex(6)}"
+        with open(temporary, "xb") as out:
+            out.write(change.data)
+        try:
+            if moved_from is not None and os.path.lexists(destination):
+                return False
+            os.replace(temporary, destination)
+        finally:
+            temporary.unlink(missing_ok=True)  # gone already once renamed
+        if moved_from is not None:
+            (root / moved_from).unlink(missing_ok=True)
+            prune_folders(root, moved_from)
+        return True
+
     def _check_unchanged(self, memory_path: str, expected: str | None) -> None:
-        """Re-check just before touching the file: the user may have saved it since the first check."""
         found = self.sha256(memory_path)
         if found != expected:
             raise WorktreeChanged(self.locate(memory_path) or encoded(memory_path), expected, found)
 
     def wait_for_index_lock(self) -> None:
-        """Wait up to :data:`INDEX_LOCK_WAIT_S` while git holds ``.git/index.lock``, then a clear error."""
+        """Wait a while git holds ``.git/index.lock``, then a clear error."""
         lock = self._git.git_dir / "index.lock"
         deadline = time.monotonic() + INDEX_LOCK_WAIT_S
         while lock.exists():
