@@ -49,8 +49,8 @@ from memsync.mirror.history import (
 from memsync.mirror.ignores import EXCLUDE_BLOCK, OLD_EXCLUDE_BLOCKS, is_ignored
 from memsync.mirror.metadata import read_metadata, write_metadata
 from memsync.mirror.origin import Origin, record_origin
+from memsync.mirror.paths import decoded
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF, METADATA_REF
-from memsync.mirror.spellings import decoded
 from memsync.mirror.trailers import Operation, Trailers, parse_message
 from memsync.mirror.worktree import Worktree
 

@@ -20,8 +20,7 @@ from pygit2.enums import DeltaStatus
 
 from memsync.errors import MirrorError
 from memsync.mirror.errors import translated
-from memsync.mirror.paths import quote_for_message, unquote_from_message
-from memsync.mirror.spellings import decoded, spell_all
+from memsync.mirror.paths import decoded, encode_paths, quote_for_message, unquote_from_message
 
 if TYPE_CHECKING:
     from memsync.mirror.repository import Mirror
@@ -145,7 +144,7 @@ class Snapshots:
             target = tip
             _save_base_ids(mirror, tip, {path: entry.memory_id for path, entry in entries.items()})
         else:
-            spelled = spell_all(entries)  # the paths as the working tree spells them
+            spelled = encode_paths(entries)  # the paths as the working tree spells them
             tree = mirror.git.write_tree({spelled[path]: entry.blob for path, entry in entries.items()})
             body = "".join(f"{entries[p].memory_id} {quote_for_message(p)}\n" for p in sorted(entries))
             message = f"{_BASE_SUMMARY}\n\n" + (f"{body}\n" if body else "") + f"{BASE_FORMAT_TRAILER}\n"

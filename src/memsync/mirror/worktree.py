@@ -24,8 +24,14 @@ from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
 from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore
 from memsync.mirror.ignores import is_ignore_file, is_ignored
-from memsync.mirror.paths import check_memory_path, escape_for_terminal, segment_spellings
-from memsync.mirror.spellings import decoded, encoded, spell_all
+from memsync.mirror.paths import (
+    check_memory_path,
+    decoded,
+    encode_paths,
+    encoded,
+    escape_for_terminal,
+    segment_spellings,
+)
 from memsync.rules import MAX_CONTENT_BYTES, Dialect, decode_content
 
 INDEX_LOCK_WAIT_S = 5.0
@@ -355,7 +361,7 @@ class Worktree:
             self._check_unchanged(change.memory_path, change.expected_sha256)
         removed = {c.memory_path for c in changes if c.data is None}
         final = (set(present) | set(by_path)) - removed
-        spelling = spell_all(final)
+        spelling = encode_paths(final)
         pending: list[tuple[str, str | None, CheckoutChange | None]] = []  # (target, where now, change)
         for memory_path in sorted(final):
             if (wanted := by_path.get(memory_path)) is not None:
