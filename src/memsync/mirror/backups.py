@@ -1,11 +1,6 @@
-"""Backup repositories: pushing a mirror to one, reading one back (docs/backup.md).
+"""Backup repositories: pushing a mirror to one, reading one back (docs/backup.md, "Backup").
 
-A password in a target's URL, or the ``${VARIABLE}`` naming it, reaches libgit2 only in the credential
-callback; every URL shown is :attr:`BackupTarget.display`; pushes go to an anonymous remote, so
-nothing is written into ``.git/config``. What is pushed is :func:`backup_refs`, fast-forward only:
-a ref is forced only from a commit a redaction replaced (:meth:`memsync.mirror.Rewriter.superseded`),
-and a ``refs/memsync/`` ref the mirror no longer has is deleted. After either, a local backup is
-pruned so the replaced objects leave it too (a network host may keep them: the result warns).
+A password reaches libgit2 only in the credential callback, never a URL shown or ``.git/config``.
 """
 
 from __future__ import annotations
@@ -39,15 +34,15 @@ TargetKind = Literal["local", "ssh", "http", "git"]
 
 BACKUP_MAIN = "refs/heads/main"
 RECORDS_PREFIX = "refs/memsync/"
+_PRUNE_PENDING = "backup-prune-pending"  # the state intent naming targets owed a prune (by display)
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^/:]+):(?P<path>.+)$")
 _ENV_REFERENCE = re.compile(r"^\$(\{)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?(1)\})$")  # $NAME or ${NAME}
 
 
 @dataclass(frozen=True)
 class BackupTarget:
-    """One backup location: a local path or ``file://`` URL (a bare repository is created there when
-    nothing or an empty folder is), ``ssh://`` or ``user@host:path``, ``http(s)://`` or ``git://``.
-    ``url`` is what libgit2 gets and ``display`` what people see; neither holds a password."""
+    """One backup location (a local path, ssh, http(s) or git URL). ``url`` is what libgit2 gets and
+    ``display`` what people see; neither holds a password."""
 
     url: str
     display: str
@@ -99,7 +94,14 @@ class BackupTarget:
 
     def push(self, mirror: Mirror) -> PushResult:
         """Push the mirror's :func:`backup_refs` here; errors land in the result, never raised."""
-        return _push_mirror(mirror, self)
+        result = PushResult(target=self.display)
+        try:
+            _push(mirror, self, result)
+        except (MirrorError, pygit2.GitError, OSError, KeyError, ValueError) as exc:
+            # Defence in depth: libgit2 never sees the password, but an error could still quote an input.
+            text = str(exc).replace(self.password, "[password]") if self.password else str(exc)
+            result.error = text if isinstance(exc, MirrorError) else f"pushing to {self.display}: {text}"
+        return result
 
     @property
     def identity(self) -> str:
@@ -160,8 +162,12 @@ class _Callbacks(pygit2.RemoteCallbacks):
             if "agent" not in self._offered and os.environ.get("SSH_AUTH_SOCK"):
                 self._offered.add("agent")
                 return pygit2.KeypairFromAgent(user)
-            for private in _ssh_keys():
-                if str(private) not in self._offered:
+            if chosen := os.environ.get("MEMSYNC_SSH_KEY"):
+                keys = [Path(chosen).expanduser()]
+            else:
+                keys = [Path.home() / ".ssh" / name for name in ("id_ed25519", "id_ecdsa", "id_rsa")]
+            for private in keys:
+                if str(private) not in self._offered and (chosen or private.exists()):
                     self._offered.add(str(private))
                     public = private.with_name(private.name + ".pub")
                     passphrase = os.environ.get("MEMSYNC_SSH_PASSPHRASE", "")
@@ -178,14 +184,6 @@ class _Callbacks(pygit2.RemoteCallbacks):
 
     def push_update_reference(self, refname: str, message: str | None) -> None:
         self.answers[refname] = message
-
-
-def _ssh_keys() -> Iterator[Path]:
-    if chosen := os.environ.get("MEMSYNC_SSH_KEY"):
-        yield Path(chosen).expanduser()
-        return
-    home = Path.home() / ".ssh"
-    yield from (home / name for name in ("id_ed25519", "id_ecdsa", "id_rsa") if (home / name).exists())
 
 
 @dataclass(frozen=True)
@@ -242,28 +240,10 @@ def backup_refs(mirror: Mirror) -> dict[str, str]:
     return {local: remote for local, remote in wanted.items() if local in names}
 
 
-def _push_mirror(mirror: Mirror, target: BackupTarget) -> PushResult:
-    result = PushResult(target=target.display)
-    try:
-        _push(mirror, target, result)
-    except MirrorError as exc:
-        result.error = _scrub(str(exc), target)
-    except (pygit2.GitError, OSError, KeyError, ValueError) as exc:
-        result.error = f"pushing to {target.display}: {_scrub(str(exc), target)}"
-    return result
-
-
-def _scrub(text: str, target: BackupTarget) -> str:
-    # Defence in depth: libgit2 never sees the password, but an error could still quote an input.
-    return text.replace(target.password, "[password]") if target.password else text
-
-
 def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
     refs = backup_refs(mirror)
     if target.path is not None:
         result.created = _ensure_local_repository(target.path)
-        if result.created:
-            crash_point("backup.remote_created")  # an empty bare repository, nothing pushed into it
     callbacks = _Callbacks(target)
     try:
         heads = mirror.git.advertised_refs(target.url, callbacks)
@@ -300,9 +280,10 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         if remote_ref.startswith(RECORDS_PREFIX) and remote_ref not in kept:
             specs.append(f":{remote_ref}")
             planned.append(RefPush(None, remote_ref, old, None, "deleted"))
-    owed = target.display in _prune_owed(mirror)
+    owing = _prune_owed(mirror)
+    owed = target.display in owing
     if not owed and any(ref.status in ("forced", "deleted") for ref in planned):
-        _note_prune(mirror, target.display, owed=True)
+        mirror.git.state.put(_PRUNE_PENDING, sorted(owing | {target.display}))
         crash_point("backup.prune_noted")
     callbacks = _Callbacks(target)
     if specs:
@@ -316,33 +297,28 @@ def _push(mirror: Mirror, target: BackupTarget, result: PushResult) -> None:
         if ref.status not in ("up-to-date", "rejected") and answer is not None:
             ref = replace(ref, status="rejected", message=f"{target.display}: {answer}")
         result.refs.append(ref)
-    rewritten = owed or any(ref.status in ("forced", "deleted") for ref in result.refs)
-    if rewritten and target.path is not None:
-        _prune_local(target.path)
-        crash_point("backup.remote_pruned")
-        result.pruned = True
-    elif rewritten:
+    if not owed and not any(ref.status in ("forced", "deleted") for ref in result.refs):
+        return
+    if target.path is None:
         result.warnings.append(
             f"{target.display} had refs replaced after a redaction; the host may keep the old objects"
             " (in its reflogs, caches, forks or pull-request refs) until it collects garbage: ask its"
             " administrator to purge them if the redacted content must be gone there too"
         )
-    if rewritten:
-        _note_prune(mirror, target.display, owed=False)
+    else:  # drop what the backup no longer reaches: old reflog entries, then unreachable objects
+        require_git()
+        expire = ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"]
+        run_git(target.path, expire, action=f"expiring the reflogs of {target.path}")
+        run_git(target.path, ["gc", "--prune=now", "--quiet"], action=f"pruning {target.path}")
+        crash_point("backup.remote_pruned")
+        result.pruned = True
+    mirror.git.state.put(_PRUNE_PENDING, sorted(_prune_owed(mirror) - {target.display}) or None)
 
 
 def _prune_owed(mirror: Mirror) -> set[str]:
-    """Targets (by display) whose replaced objects an interrupted push left unpruned: the state's
-    ``backup-prune-pending`` intent, because a push killed before its prune leaves refs up to date,
-    so only this note tells the next run that the replaced objects are still in the backup."""
-    found = mirror.git.state.get("backup-prune-pending")
+    """Targets (by display) still owed a prune: a push killed before it leaves their refs up to date."""
+    found = mirror.git.state.get(_PRUNE_PENDING)
     return {item for item in found if isinstance(item, str)} if isinstance(found, list) else set()
-
-
-def _note_prune(mirror: Mirror, display: str, *, owed: bool) -> None:
-    owing = _prune_owed(mirror)
-    owing = owing | {display} if owed else owing - {display}
-    mirror.git.state.put("backup-prune-pending", sorted(owing) or None)
 
 
 def _ensure_local_repository(path: Path) -> bool:
@@ -385,6 +361,7 @@ def _ensure_local_repository(path: Path) -> bool:
             f" [[backup.remotes]] url at a path inside it, or create the repository yourself:"
             f" git init --bare --initial-branch=main {path}"
         ) from None
+    crash_point("backup.remote_created")  # an empty bare repository, nothing pushed into it
     return True
 
 
@@ -394,14 +371,6 @@ def _not_a_repository(path: Path) -> str:
         f"the backup path {path} is {what}: memsync leaves it untouched and backs nothing up there."
         " Point [[backup.remotes]] url at a new or empty path, or move it away and run again"
     )
-
-
-def _prune_local(path: Path) -> None:
-    """Drop what the backup no longer reaches: old reflog entries, then unreachable objects."""
-    require_git()
-    expire = ["reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all"]
-    run_git(path, expire, action=f"expiring the reflogs of {path}")
-    run_git(path, ["gc", "--prune=now", "--quiet"], action=f"pruning {path}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,4 @@
-"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors (:class:`Clone`):
-a clone configured the way a mirror is, the private mirror's history copied into it, a pushed commit
-staged in the private mirror's working tree, and the private mirror put back after a push that did
-not go through.
-"""
+"""What ``git clone memstore::…`` (:mod:`memsync.remote`) needs of memsync's mirrors (:class:`Clone`)."""
 
 from __future__ import annotations
 
@@ -35,8 +31,8 @@ class Clone:
             return clone.configure(PLAIN_CHECKOUT, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
 
     def copy_history(self, ref: str) -> str | None:
-        """Fetch the private mirror's imported history into the clone as ``ref`` (forced), so both
-        hold the same commits; the tip, or None before any import."""
+        """Fetch the private mirror's imported history into the clone as ``ref`` (forced); the tip, or
+        None before any import."""
         with Mirror.open(self.mirror) as repo:
             tip = repo.tip()
         if tip is None:
@@ -47,13 +43,10 @@ class Clone:
         return tip
 
     def discard_local(self, *, files: bool = True) -> None:
-        """Put the private mirror back at its imported history: open conflicts ended, ``main``, the
-        base and the index at ``memstore/main``, and (``files``; not when :func:`_stage` follows)
-        the working tree holding its files. The clone holds the user's work and merges there, so the
-        private mirror keeps no edit or conflict of its own that would refuse every later push.
-        """
-        mirror = self.mirror
-        with Mirror.open(mirror) as repo:
+        """Put the private mirror back at its imported history: conflicts ended, ``main``, the base, the
+        index and (``files``) the working tree at ``memstore/main``. The clone holds the user's work,
+        so the private mirror keeps no edit or conflict that would refuse every later push."""
+        with Mirror.open(self.mirror) as repo:
             for record in repo.conflicts.open().values():
                 repo.conflicts.end(record, resolution="discarded: the clone that pushed merges it")
             tip = repo.tip()
@@ -63,42 +56,31 @@ class Clone:
                     repo.git.delete_ref_if_equals(ref, current)
                 elif tip is not None and current != tip:
                     repo.git.set_ref_if_equals(ref, tip, current, message="memsync: back at the imported tip")
+            if files:
+                _stage(self.mirror / ".git", tip, self.mirror)
             if tip is not None:
-                if files:
-                    _stage(mirror / ".git", tip, mirror)
                 repo.align_index(tip)
                 return
-            if files:
-                _clear_worktree(mirror)
             index = repo.git.index()
             with translated("resetting the index"):
                 index.clear()
                 index.write()
 
     def stage(self, commit: str) -> list[str]:
-        """Make the private mirror's working tree hold exactly the files of the clone's ``commit``
-        (see :func:`_stage`)."""
+        """Make the private mirror's working tree hold exactly the files of the clone's ``commit``."""
         return _stage(self.git_dir, commit, self.mirror)
 
 
-def _clear_worktree(mirror: Path) -> None:
-    for entry in mirror.iterdir():
-        if entry.name == ".git":
-            continue
+def _stage(source: Path, commit: str | None, mirror: Path) -> list[str]:
+    """Write ``commit`` of the repository ``source`` (None: no file) into the working tree of the mirror
+    at ``mirror``, byte for byte. Returns the entries that cannot be a memory's file (a symbolic link,
+    a submodule, a name git should not hold), which are not written; the scan judges the rest."""
+    problems: list[str] = []
+    for entry in [entry for entry in mirror.iterdir() if entry.name != ".git"]:
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
-
-
-def _stage(source: Path, commit: str, mirror: Path) -> list[str]:
-    """Make the working tree of the mirror at ``mirror`` hold exactly the files of ``commit`` in the
-    repository ``source`` (a clone's git dir), byte for byte, so what memsync pushes from it is the
-    commit's change. Returns the entries that cannot be a memory's file (a symbolic link, a
-    submodule, a name git should not hold), which are not written; the scan judges the rest.
-    """
-    problems: list[str] = []
-    _clear_worktree(mirror)
     with GitStore(source, action=f"opening {source}") as clone, translated(f"reading commit {commit}"):
         pending: list[tuple[str, pygit2.Tree]] = [("", clone.tree(commit))]
         while pending:

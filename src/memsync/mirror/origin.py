@@ -1,10 +1,5 @@
-"""Where a mirror came from: the API dialect and base URL its history was imported from.
-
-Kept in the repository's config (``git config memsync.dialect``, ``memsync.apibase``) by the first
-pull that finds its store listed, and read back before a command trusts a listing: a config pointed
-at the right server in the wrong dialect is then a configuration error naming both dialects, instead
-of every mirror's store taken for deleted.
-"""
+"""Where a mirror came from: the API dialect and base URL its history was imported from, kept in the
+repository's config (``memsync.dialect``, ``memsync.apibase``; docs/mirror.md, "Origin")."""
 
 from __future__ import annotations
 
@@ -27,9 +22,8 @@ class Origin:
 
     @staticmethod
     def read(mirror: Path) -> Origin | None:
-        """The origin recorded in the mirror at ``mirror`` (its working tree), or None: recorded before
-        origins were, or a config that cannot be read (the open that follows says why). Reads the
-        config file alone, without opening the repository: a selection checks every mirror this way."""
+        """The origin recorded in the mirror at ``mirror`` (its working tree), or None: none recorded, or
+        a config that cannot be read. Reads the config file alone: a selection checks every mirror."""
         try:
             config = pygit2.Config(str(mirror / ".git" / "config"))
             dialect, api_base = config[_DIALECT], config[_API_BASE]
@@ -45,9 +39,10 @@ def record_origin(store: GitStore, origin: Origin) -> Origin | None:
         before = Origin(str(config[_DIALECT]), str(config[_API_BASE]))
     except KeyError:
         before = None
-    if before != origin:
-        # libgit2 writes the config whole and renames it over: a full disk fails it here, named.
-        with translated(f"recording the mirror's origin in {store.git_dir / 'config'}"):
-            config[_DIALECT] = origin.dialect
-            config[_API_BASE] = origin.api_base
-    return before if before != origin else None
+    if before == origin:
+        return None
+    # libgit2 writes the config whole and renames it over: a full disk fails it here, named.
+    with translated(f"recording the mirror's origin in {store.git_dir / 'config'}"):
+        config[_DIALECT] = origin.dialect
+        config[_API_BASE] = origin.api_base
+    return before
