@@ -116,18 +116,23 @@ def _toward_tip(mirror: GitStore, head: str | None, paths: set[str]) -> bool:
 
 
 def _marked_checkout(
-    mirror: GitStore, old: str | None, new: str, conflicts: ConflictPaths | None, paths: list[str] | None
+    mirror: GitStore,
+    old: str | None,
+    new: str,
+    *,
+    conflicts: ConflictPaths | None = None,
+    force: list[str] | None = None,
 ) -> None:
-    """libgit2's checkout from main's commit ``old`` to the tip ``new``: SAFE, or with ``paths`` FORCE for
-    those. The state's ``checkout`` intent stays unless it ends well (:func:`undo_interrupted_checkout`)."""
+    """libgit2's checkout from main's commit ``old`` to the tip ``new``: SAFE, or FORCE for exactly the
+    paths ``force`` names. The state's ``checkout`` intent stays unless it ends well."""
     tree = mirror.tree(new)
     mirror.state.put("checkout", {"from": old, "to": new, "started": time.time()})
-    strategy = CheckoutStrategy.SAFE if paths is None else CheckoutStrategy.FORCE
+    strategy = CheckoutStrategy.SAFE if force is None else CheckoutStrategy.FORCE
     mirror.checkout(
-        tree, strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED, callbacks=conflicts, paths=paths
+        tree, strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED, callbacks=conflicts, paths=force
     )
     # Durable before the intent goes: a file a power cut left short stays memsync's to settle, not an edit.
-    written = paths if paths is not None else _changed_paths(mirror, old, new)
+    written = force if force is not None else _changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
 
@@ -245,7 +250,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
     if head != tip:
         conflicts = ConflictPaths()
         try:
-            _marked_checkout(mirror, head, tip, conflicts, None)
+            _marked_checkout(mirror, head, tip, conflicts=conflicts)
         except pygit2.GitError as exc:
             if not conflicts.paths:
                 raise MirrorError(f"checking out the imported tip: {exc}") from exc
@@ -253,7 +258,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
             # (a run killed before moving main), force those files and main..tip to the tip, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
                 moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
-                _marked_checkout(mirror, head, tip, None, sorted(moved))
+                _marked_checkout(mirror, head, tip, force=sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)
                 return CheckoutUpdate(

@@ -374,7 +374,7 @@ class Worktree:
                 os.unlink(self.path / gone)
                 prune_folders(self.path, gone)
         # A step blocked now may run once another has moved out of its way: go round while any runs.
-        while pending != (blocked := [step for step in pending if not self._move_or_write(*step)]):
+        while len(blocked := [step for step in pending if not self._move_or_write(*step)]) < len(pending):
             pending = blocked
         for target, _, write in pending:
             if write is not None:
