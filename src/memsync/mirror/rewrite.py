@@ -265,27 +265,16 @@ def _rewrite(
 
 @dataclass(frozen=True, slots=True)
 class _OldCommit:
-    # Copies, not the pygit2 commit: the whole history is held while it is rewritten.
     id: str
     trailers: Trailers
-    summary: str
-    author_name: str
-    author_email: str
+    commit: pygit2.Commit
 
 
 def _read_history(mirror: Mirror) -> list[_OldCommit]:
     tip = mirror.tip()
     with translated("reading the imported history"):
-        return [
-            _OldCommit(
-                str(c.id),
-                parse_message(c.message, str(c.id)),
-                c.message.split("\n", 1)[0],
-                c.author.name,
-                c.author.email,
-            )
-            for c in (mirror.git.walk(tip, oldest_first=True) if tip is not None else ())
-        ]
+        commits = list(mirror.git.walk(tip, oldest_first=True)) if tip is not None else []
+        return [_OldCommit(str(c.id), parse_message(c.message, str(c.id)), c) for c in commits]
 
 
 def _written_path(trailers: Trailers) -> str | None:
@@ -311,7 +300,7 @@ def _record_path(old: _OldCommit, moved_from: str | None) -> str | None:
         return trailers.memory_path
     if trailers.redacted and trailers.content_sha256 is None and trailers.skipped is None:
         return None
-    subject = old.summary.removeprefix(f"{trailers.operation} ")
+    subject = old.commit.message.split("\n", 1)[0].removeprefix(f"{trailers.operation} ")
     if trailers.skipped is not None:
         subject = subject.removesuffix(f" (skipped: {trailers.skipped})")
     elif trailers.redacted:
@@ -350,8 +339,8 @@ def _reconstructed(mirror: Mirror, old: _OldCommit, known: str | None) -> Versio
         content_sha256=trailers.content_sha256,
         created_at=trailers.created_at,
         redacted=trailers.redacted,
-        author_name=old.author_name,
-        author_email=old.author_email,
+        author_name=old.commit.author.name,
+        author_email=old.commit.author.email,
         skipped=trailers.skipped is not None,
         skip_reason=trailers.skipped or "unspecified",
         inferred=trailers.inferred,
