@@ -15,12 +15,19 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from memsync.daemon._inotify import checkout_folders
 
 log = logging.getLogger("memsync.daemon.watch")
 
 Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+class Note(Protocol):
+    """The watcher's ``note``: the paths of one pass are noted at once, so they settle together."""
+
+    def __call__(self, store_id: str, *tree_paths: str) -> None: ...
 
 
 def stat_snapshot(checkout: Path) -> dict[str, Stat]:
@@ -50,7 +57,7 @@ class PollSource:
 
     def __init__(
         self,
-        note: Callable[[str, str], None],
+        note: Note,
         rescan: Callable[[list[str]], None],
         *,
         interval: float,
@@ -111,6 +118,6 @@ class PollSource:
                     continue  # unwatched meanwhile
                 before = self._snapshots.get(store_id, {})
                 self._snapshots[store_id] = now
-            for tree_path in before.keys() | now.keys():
-                if before.get(tree_path) != now.get(tree_path):
-                    self._note(store_id, tree_path)
+            changed = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+            if changed:
+                self._note(store_id, *changed)

@@ -199,11 +199,17 @@ class CheckoutWatcher:
                 self._held.pop(store_id, None)
             baseline.close()
 
-    def note(self, store_id: str, tree_path: str) -> None:
-        """An event touched ``tree_path`` of ``store_id``'s checkout."""
+    def note(self, store_id: str, *tree_paths: str) -> None:
+        """An event touched ``tree_paths`` of ``store_id``'s checkout.
+
+        Paths noted together were seen at one instant (a poll pass) and settle together: noted one
+        by one, a path seen in the same pass as a later save could be handed out after it.
+        """
         with self._cond:
             before = self._debouncer.next_deadline()
-            self._debouncer.note((store_id, tree_path), self._clock())
+            now = self._clock()
+            for tree_path in tree_paths:
+                self._debouncer.note((store_id, tree_path), now)
             after = self._debouncer.next_deadline()
             # Wake the settling thread only when it now has to wake up earlier than it planned.
             if before is None or (after is not None and after < before):
