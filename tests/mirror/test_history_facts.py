@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from memsync.errors import UnsafeInput
-from memsync.mirror import Mirror, Rewriter, VersionRecord, inferred_version_id
+from memsync.mirror import Mirror, Rewriter, VersionRecord
 from memsync.mirror.errors import FormatError
 from memsync.mirror.history import HistoryFacts, RedactedCommit
 from memsync.mirror.trailers import Trailers, format_message, parse_message
@@ -43,15 +44,8 @@ def exists(repo: Path, obj: str) -> bool:
 
 
 def inferred(memory: str, path: str, at: int) -> VersionRecord:
-    return VersionRecord(
-        version_id=inferred_version_id(memory),
-        memory_id=memory,
-        operation="deleted",
-        path=path,
-        content=None,
-        content_sha256=None,
-        created_at=record(at, memory, "deleted", path, None).created_at,
-        inferred="tombstone-expired",
+    return VersionRecord.inferred_delete(
+        memory, path, record(at, memory, "deleted", path, None).created_at, "tombstone-expired"
     )
 
 
@@ -102,8 +96,14 @@ def test_malformed_new_trailers_are_refused(change: tuple[str, str], complaint: 
 
 def test_an_overlong_memory_id_gets_a_digest_for_its_inferred_version() -> None:
     long_id = "m" * 250
-    assert inferred_version_id("mem_1") == "inferred:mem_1"
-    assert inferred_version_id(long_id) == "inferred:" + hashlib.sha256(long_id.encode()).hexdigest()
+
+    def version_id(memory_id: str) -> str:
+        return VersionRecord.inferred_delete(
+            memory_id, "a.md", datetime.now(UTC), "tombstone-expired"
+        ).version_id
+
+    assert version_id("mem_1") == "inferred:mem_1"
+    assert version_id(long_id) == "inferred:" + hashlib.sha256(long_id.encode()).hexdigest()
 
 
 # --- the writer -------------------------------------------------------------------------------------

@@ -12,14 +12,12 @@ from memsync.mirror.backups import BackupRepository, BackupTarget
 from memsync.mirror.clone import Clone
 from memsync.mirror.conflicts import Merger
 from memsync.mirror.fastimport import blob_id
-from memsync.mirror.gitstore import clear_stale_locks
 from memsync.mirror.history import VersionRecord
 from memsync.mirror.origin import Origin
 from memsync.mirror.paths import decode_path, encode_path, encode_paths, escape_for_terminal
 from memsync.mirror.repository import Mirror
 from memsync.mirror.rewrite import Rewriter
 from memsync.mirror.snapshots import Snapshots
-from memsync.mirror.trailers import inferred_version_id
 from memsync.mirror.view import View
 
 __all__ = [
@@ -34,10 +32,8 @@ __all__ = [
     "VersionRecord",
     "View",
     "blob_id",
-    "clear_stale_locks",
     "decode_path",
     "encode_path",
     "encode_paths",
     "escape_for_terminal",
-    "inferred_version_id",
 ]

@@ -74,6 +74,21 @@ class VersionRecord:
     inferred: str | None = None
     history_truncated: int | None = None
 
+    @classmethod
+    def inferred_delete(cls, memory_id: str, path: str, created_at: datetime, reason: str) -> VersionRecord:
+        """The delete memsync writes for ``memory_id`` when the API shows none (docs/mirror.md, "What
+        the history says about itself"): its version id is a pure function of the memory id."""
+        return cls(
+            version_id=inferred_version_id(memory_id),
+            memory_id=memory_id,
+            operation="deleted",
+            path=path,
+            content=None,
+            content_sha256=None,
+            created_at=created_at,
+            inferred=reason,
+        )
+
 
 class PathMap:
     """The files of a tree by memory path, with the memory id that owns each (and the reverse).

@@ -34,7 +34,7 @@ from memsync.mirror.conflicts import Conflicts
 from memsync.mirror.contentindex import ContentIndex
 from memsync.mirror.errors import FormatError, translated
 from memsync.mirror.gitbinary import require_git
-from memsync.mirror.gitstore import GitStore, temporary_beside
+from memsync.mirror.gitstore import GitStore, clear_stale_locks, temporary_beside
 from memsync.mirror.history import (
     DEFAULT_AUTHOR_EMAIL,
     DEFAULT_AUTHOR_NAME,
@@ -174,6 +174,13 @@ class Mirror:
                 raise MirrorError(f"cannot create a mirror at {root}: {exc.strerror}") from None
             raise
         return cls.open(root)
+
+    @staticmethod
+    def clear_stale_locks(path: str | os.PathLike[str], *, since: float) -> list[Path]:
+        """Remove (and return) the git lock files in the mirror at ``path`` made at ``since`` or later:
+        a killed run's, which the caller (holding the store's lock) knows began then; left in place,
+        they would fail every later git write. Older ones are a user's git command's, and stay."""
+        return clear_stale_locks(Path(path) / ".git", since=since)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Mirror:

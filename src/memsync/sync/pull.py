@@ -75,9 +75,7 @@ from memsync.mirror import (
     Origin,
     Rewriter,
     VersionRecord,
-    clear_stale_locks,
     escape_for_terminal,
-    inferred_version_id,
 )
 from memsync.mirror.history import HistoryWriter
 from memsync.mirror.repository import ImportedVersion
@@ -174,7 +172,7 @@ def store_lock(root: Path, store_id: str) -> Iterator[None]:
         run = locks / f"{store_id}.run"
         with contextlib.suppress(FileNotFoundError):
             began = run.stat().st_mtime
-            for left in clear_stale_locks(mirror_path(root, store_id) / ".git", since=began):
+            for left in Mirror.clear_stale_locks(mirror_path(root, store_id), since=began):
                 log.warning("removed %s, left by a memsync run that was killed", left)
         # Without room for the note (a full disk) this run goes unnoted: nothing worse than before.
         with contextlib.suppress(OSError):
@@ -730,18 +728,7 @@ class _Importer:
             return
         with self.mirror.history_writer(batch_commits=_batch_commits()) as writer:
             for path, memory_id in found:
-                writer.add(
-                    VersionRecord(
-                        version_id=inferred_version_id(memory_id),
-                        memory_id=memory_id,
-                        operation="deleted",
-                        path=path,
-                        content=None,
-                        content_sha256=None,
-                        created_at=tip.created_at,
-                        inferred=TOMBSTONE_EXPIRED,
-                    )
-                )
+                writer.add(VersionRecord.inferred_delete(memory_id, path, tip.created_at, TOMBSTONE_EXPIRED))
         self.changed = True
         self.report.inferred_deletes = [{"memory_id": m, "path": p} for p, m in found]
         paths = ", ".join(escape_for_terminal(p) for p, _ in found)
