@@ -5,17 +5,13 @@ characters). A store whose paths collide by case, by normalization and by Window
 edits, pushes and conflicts there with every memory a distinct file, and with the commit ids of the
 same store mirrored on the test's own filesystem.
 
-Needs root, /dev/fuse, losetup and the Debian packages exfat-fuse, exfatprogs and ntfs-3g (.ci/run
-installs them); without them each test skips and says which is missing.
+The mounts and what they need: tests/support/filesystems.py.
 """
 
 from __future__ import annotations
 
-import os
 import queue
-import shutil
 import stat
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,23 +24,10 @@ from memsync.mirror import decode_path
 from memsync.rules import Dialect
 from memsync.sync.permissions import exposure
 from tests.push.conftest import Side, git
+from tests.support.filesystems import FILESYSTEMS, mounted
 from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
-
-# Each kind: the tools it needs, how to format an image, how to mount a device.
-FILESYSTEMS = {
-    "exfat": (
-        ("mkfs.exfat", "mount.exfat-fuse"),
-        ["mkfs.exfat", "{image}"],
-        ["mount.exfat-fuse", "{device}", "{mount}"],
-    ),
-    "ntfs-windows-names": (
-        ("mkntfs", "ntfs-3g"),
-        ["mkntfs", "-F", "-Q", "-q", "{image}"],
-        ["ntfs-3g", "-o", "windows_names", "{device}", "{mount}"],
-    ),
-}
 
 SEED = {
     "notes/readme.md": "lower\n",
@@ -66,52 +49,11 @@ SEED = {
 }
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, check=False)
-
-
-def _why_not(tools: tuple[str, ...]) -> str | None:
-    if os.geteuid() != 0:
-        return "mounting a filesystem image needs root"
-    if not Path("/dev/fuse").exists():
-        return "/dev/fuse is missing: no FUSE here"
-    missing = [tool for tool in ("losetup", *tools) if shutil.which(tool) is None]
-    if missing:
-        return f"{', '.join(missing)} not installed (Debian: exfat-fuse exfatprogs ntfs-3g)"
-    return None
-
-
 @pytest.fixture(scope="module", params=sorted(FILESYSTEMS))
 def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A freshly formatted filesystem of the kind, mounted over a loop device; unmounted after."""
-    tools, make, mount_command = FILESYSTEMS[request.param]
-    why = _why_not(tools)
-    if why is not None:
-        pytest.skip(f"{request.param}: {why}")
-    folder = tmp_path_factory.mktemp(request.param)
-    image, point = folder / "fs.img", folder / "mnt"
-    point.mkdir()
-    with open(image, "wb") as out:
-        out.truncate(256 << 20)
-    made = _run(*(part.format(image=image) for part in make))
-    if made.returncode != 0:
-        pytest.skip(f"{request.param}: formatting failed: {made.stderr.strip()}")
-    loop = _run("losetup", "-f", "--show", str(image))
-    if loop.returncode != 0:
-        pytest.skip(f"{request.param}: losetup failed: {loop.stderr.strip()}")
-    device = loop.stdout.strip()
-    try:
-        mounted = _run(*(part.format(device=device, mount=point) for part in mount_command))
-        if mounted.returncode != 0:
-            pytest.skip(f"{request.param}: mounting failed: {mounted.stderr.strip()}")
-        try:
-            yield point
-        finally:
-            # Lazily if need be: the test process may still hold a mirror's pack open.
-            if _run("umount", str(point)).returncode != 0:
-                _run("umount", "-l", str(point))
-    finally:
-        _run("losetup", "-d", device)
+    with mounted(request.param, tmp_path_factory.mktemp(request.param)) as point:
+        yield point
 
 
 @pytest.fixture
