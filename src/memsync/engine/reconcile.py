@@ -378,7 +378,7 @@ class _Unit:
     notices: list[Notice] = field(default_factory=list)
 
 
-_KEEP_NOTE = "the checkout copy is left as it is"
+KEEP_NOTE = "the checkout copy is left as it is"
 
 
 def plan(
@@ -416,7 +416,7 @@ def plan(
 
     rejected = sorted(p for p, e in local.items() if not e.valid and p not in blocked)
     for path in rejected:
-        notices.append(Notice(path, NoticeKind.REJECTED, f"not pushed: {local[path].problem}; {_KEEP_NOTE}"))
+        notices.append(Notice(path, NoticeKind.REJECTED, f"not pushed: {local[path].problem}; {KEEP_NOTE}"))
     held.update(rejected)
     settled = blocked | set(rejected)
 
@@ -694,7 +694,7 @@ def _reject(unit: _Unit, target: str, why: str) -> None:
     unit.notices.clear()
     for path in unit.paths:
         if path == target:
-            reason = f"not pushed: {why}; {_KEEP_NOTE}"
+            reason = f"not pushed: {why}; {KEEP_NOTE}"
         else:
             reason = f"not deleted: it was renamed to {target!r}, which cannot be pushed: {why}"
         unit.notices.append(Notice(path, NoticeKind.REJECTED, reason))

@@ -8,11 +8,12 @@ reads the answers on stdout; anything for the user goes to stderr.
   costs one request, as a no-op ``memsync pull`` of a store does.
 - ``fetch``: git's own fetch copies the mirror's history into the clone (the commits ``memsync
   pull`` makes, so a clone and a mirror agree commit for commit).
-- ``push``: the pushed commit's files are staged in the private mirror's working tree and one sync
-  cycle sends the difference, every write with its ``content_sha256`` precondition. Before anything
-  is written, the store must still be where the push builds on (else git says ``rejected (fetch
-  first)``), no file may be refused, and the delete and rewind guards must pass (``git push --force``
-  lifts them). The store's history is then imported; the user's commit never becomes the store's.
+- ``push``: the pushed commit's files are read from git's objects (never written to the clone's
+  drive, where two committed names may be one file) and one sync cycle sends their difference to the
+  store's files, every write with its ``content_sha256`` precondition. Before anything is written,
+  the store must still be where the push builds on (else git says ``rejected (fetch first)``), no
+  file may be refused, and the delete guard must pass (``git push --force`` lifts it). The store's
+  history is then imported; the user's commit never becomes the store's.
 
 What a push builds on: the store's tip as last fetched, or the commit of the clone's previous push
 while the store is still where that push left it (``pushed`` under the private mirror records the
@@ -33,8 +34,10 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from memsync.api import Client, Store, open_client
+from memsync.engine.reconcile import KEEP_NOTE
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, MemsyncError, UsageError
-from memsync.mirror import Clone, escape_for_terminal
+from memsync.mirror import Clone, Mirror, Snapshots, escape_for_terminal
+from memsync.remote.drive import judge_drive
 from memsync.remote.location import (
     StoreLocation,
     git,
@@ -136,6 +139,8 @@ class RemoteHelper:
     def _pull(self) -> str | None:
         """Import what is new in the store into the private mirror; its tip."""
         self.clone.configure()
+        for warning in judge_drive(self.git_dir):
+            self._say(f"warning: {warning}")
         if git_config(self.git_dir, "pull.rebase") is None:
             # After a push the store's history replaces the pushed commits (one commit per version,
             # ids from the API): git pull rebases the branch onto it, dropping what is already there.
@@ -254,42 +259,49 @@ class RemoteHelper:
         store, pulled = self._pulled
         tip = pulled.tip
         self._pulled = None  # a second ref of the batch pulls again: the first one moved the store
-        client = self.client()
         if not forced and self._builds_on(commit, tip) is None:
             return f"error {destination} fetch first"
-        if tip is not None:
-            # What a push cut short left (a kill between writes) is the clone's to merge, not ours;
-            # the files are the pushed commit's next.
-            self.clone.discard_local(files=False)
-        problems = self.clone.stage(commit)
-        share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
-        waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share)
-        refusal = None
-        if problems:
-            refusal = "not memories, nothing written: " + "; ".join(problems)
-        elif waiting.rejected:
-            refusal = "refused, nothing written: " + "; ".join(
-                f"{r['path']}: {r['reason']}" for r in waiting.rejected
-            )
-        elif waiting.withheld and not forced:
-            refusal = (
-                "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
-                + " (git push --force sends it)"
-            )
-        if refusal is not None:
-            # The private checkout back at the store's tip: a later fetch finds it clean.
+        # What a push cut short left (a kill between writes) is the clone's to merge, not ours.
+        self.clone.discard_local()
+        try:
+            return self._send(commit, destination, store, pulled, forced=forced)
+        finally:
             self.clone.discard_local()
-            return f"error {destination} {_one_line(refusal)}"
+
+    def _send(self, commit: str, destination: str, store: Store, pulled: PullReport, *, forced: bool) -> str:
+        """The store's files made the commit's, or a refusal that wrote nothing; git's answer."""
+        with Mirror.open(self.mirror) as mirror:
+            snapshot = Snapshots(mirror).of(pulled.tip)
+        precomposed = git_config(self.git_dir, "core.precomposeunicode") == "true"
+        files = self.clone.files(commit, self.location.dialect, store=snapshot, precomposed=precomposed)
+        share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
+        waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share, local=files)
+        if waiting.error is not None:
+            return f"error {destination} {_one_line(waiting.error)}"
+        if waiting.rejected:
+            named = "; ".join(
+                f"{r['path']}: {r['reason'].removeprefix('not pushed: ').removesuffix(f'; {KEEP_NOTE}')}"
+                for r in waiting.rejected
+            )
+            return (
+                f"error {destination} refused, nothing written: {_one_line(named)}. The commit you pushed"
+                " holds these files: change them or take them out (git rm --cached <file> keeps your"
+                " copy), commit (git commit --amend mends the last commit), and push again"
+            )
+        if waiting.withheld and not forced:
+            refusal = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
+            return f"error {destination} {_one_line(refusal)} (git push --force sends it)"
         # The cycle builds on list for-push's pull (the one listing of a push): the writes'
         # preconditions catch a store that moved since.
         done = run_cycle(
-            client,
+            self.client(),
             store,
             self.root,
             force=forced,
             max_delete_share=share,
             skip_versions=self._skip(),
             pulled=pulled,
+            local=files,
         )
         # Said whether or not the cycle went through: a push that fails half way says what it wrote.
         for entry in done.push.pushed if done.push is not None else []:
@@ -300,9 +312,7 @@ class RemoteHelper:
                 [f"conflict at {path}" for path in done.conflicts]
                 + [f"{r['path']}: {r['reason']}" for r in done.rejected]
             )
-            # A conflict (the store moved since git listed it) is the clone's to merge: the
-            # private mirror keeps none that would refuse every later push.
-            self.clone.discard_local()
+            # A conflict (the store moved since git listed it) is the clone's to merge.
             return f"error {destination} {_one_line(what)}"
         if done.pull.tip is not None:
             self._record_push(done.pull.tip, commit)

@@ -19,6 +19,7 @@ from memsync.sync.outputs import CycleOutput
 from memsync.sync.pull import PullReport, mirror_path, open_mirror, pull_store, store_lock
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
+    LocalFiles,
     PushReport,
     needs_reconcile,
     reconcile,
@@ -99,6 +100,7 @@ def run_cycle(
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
     skip_versions: frozenset[str] = frozenset(),
     pulled: PullReport | None = None,
+    local: LocalFiles | None = None,
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
@@ -107,7 +109,8 @@ def run_cycle(
     :func:`~memsync.sync.pull.pull_store` takes them, for every pull of the cycle. ``pulled`` is a
     pull the caller made moments ago (git's ``list for-push`` before a push): the cycle builds on
     it instead of listing the store again. Nothing is lost if the store moved since: every write
-    carries its precondition, and a store that moved is a conflict, as in any cycle.
+    carries its precondition, and a store that moved is a conflict, as in any cycle. ``local``: the
+    files to push instead of the checkout's (a commit of a ``git clone``, read from git's objects).
     """
     try:
         with store_lock(root, store.id):
@@ -129,6 +132,7 @@ def run_cycle(
                     force=force,
                     max_delete_share=max_delete_share,
                     skip_versions=skip_versions,
+                    local=local,
                 )
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
@@ -169,6 +173,7 @@ def _push(
     force: bool,
     max_delete_share: float,
     skip_versions: frozenset[str],
+    local: LocalFiles | None,
 ) -> None:
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
@@ -192,7 +197,7 @@ def _push(
             if push.blocked is not None:
                 report_open_conflicts(mirror, push)
                 return
-            if not needs_reconcile(mirror):
+            if local is None and not needs_reconcile(mirror):
                 report_open_conflicts(mirror, push)
                 return
             reconcile(
@@ -203,6 +208,7 @@ def _push(
                 import_new_versions,
                 force=force,
                 max_delete_share=max_delete_share,
+                local=local,
             )
             pull.tip = mirror.tip()
     except MemsyncError as exc:

@@ -46,6 +46,14 @@ class PathAction(Output):
     to: str = Field(default="", description="the new path of a rename")
 
 
+class Respelled(Output):
+    """A file memsync moved to its spelling of the memory's path, once the store held its content."""
+
+    path: str
+    to: str
+    reason: str
+
+
 class PathOnly(Output):
     path: str
 
@@ -161,6 +169,7 @@ class PushOutput(StoreOutput):
     rejected: list[PathReason]
     withheld: list[PathReason]
     notices: list[Notice]
+    respelled: list[Respelled] = Field(default_factory=list)
     kept_commits: str | None
     attempts: int
     warnings: list[str]

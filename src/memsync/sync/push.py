@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from memsync.api import (
     Client,
@@ -65,8 +65,10 @@ from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, 
 from memsync.mirror import Merger, Mirror, Snapshots
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
+from memsync.mirror.paths import FILE_SUFFIX, Spelling, read_spelling
 from memsync.mirror.snapshots import SnapshotEntry
 from memsync.mirror.worktree import CheckoutChange, WorktreeChanged, WorktreeScan
+from memsync.rules import Dialect
 from memsync.sync.outputs import PushOutput
 from memsync.sync.pull import mirror_path
 from memsync.sync.report import StoreReport
@@ -85,6 +87,17 @@ Importer = Callable[[], None]
 leaves the checkout, ``main`` and the base alone: they are the reconcile's until it ends."""
 
 
+class LocalFiles(Protocol):
+    """The local side of a reconcile: the mirror's checkout (``mirror.worktree``), or a commit's files
+    read from git's objects (:class:`memsync.mirror.clone.CommitFiles`), which no checkout write follows."""
+
+    def scan(
+        self, dialect: Dialect, *, known: Set[str] = ..., save_cache: bool = ..., trust_cache: bool = ...
+    ) -> WorktreeScan: ...
+
+    def read(self, memory_path: str, expected_sha256: str) -> bytes: ...
+
+
 class Replan(Exception):
     """The world moved under the plan (a 409, a memory gone, a file saved): pull and plan again."""
 
@@ -101,6 +114,7 @@ class PushReport(StoreReport):
     rejected: list[dict[str, str]] = field(default_factory=list)
     withheld: list[dict[str, str]] = field(default_factory=list)
     notices: list[dict[str, str]] = field(default_factory=list)
+    respelled: list[dict[str, str]] = field(default_factory=list)
     predicted: list[dict[str, str]] = field(default_factory=list)
     kept_commits: str | None = None
     attempts: int = 0
@@ -138,6 +152,7 @@ class PushReport(StoreReport):
             "rejected": self.rejected,
             "withheld": self.withheld,
             "notices": self.notices,
+            "respelled": self.respelled,
             "kept_commits": self.kept_commits,
             "attempts": self.attempts,
             "warnings": self.warnings,
@@ -233,6 +248,7 @@ class _Execution:
         *,
         force: bool,
         max_delete_share: float,
+        local: LocalFiles | None = None,
     ) -> None:
         self.client = client
         self.store = store
@@ -252,6 +268,9 @@ class _Execution:
         # Blobs of contents this reconcile pushed, by sha256: the new base may name them.
         self.blobs: dict[str, str] = {}
         self.snapshots: dict[str | None, dict[str, SnapshotEntry]] = {}
+        # A commit's files never take what the store changed: one round, and no checkout to write.
+        self.local: LocalFiles = local or mirror.worktree
+        self.in_checkout = local is None
 
     def run(self) -> None:
         try:
@@ -266,7 +285,7 @@ class _Execution:
         self.report.blocked = self.mirror.head_problem()
         if self.report.blocked is not None:
             return
-        for _ in range(ROUNDS):
+        for _ in range(ROUNDS if self.in_checkout else 1):
             if not self._round():
                 return
 
@@ -288,7 +307,7 @@ class _Execution:
             remote = self._snapshot(tip)
             # After a re-plan every file is read again: a file saved in the same instant as the stat
             # cache saw it is the one thing that cache cannot tell.
-            scan = self.mirror.worktree.scan(
+            scan = self.local.scan(
                 self.dialect,
                 known=set(base) | set(remote),
                 trust_cache=self.report.attempts == 1,
@@ -315,7 +334,7 @@ class _Execution:
                     self.importer()
                     crash_point("push.imported")
                 changes += self._pending_markers(current)
-                self._checkout(changes, scan)
+                self._checkout(changes, scan, {**snapshot_entries(remote), **pushed})
                 crash_point("push.checkout_written")
             except Replan as why:
                 log.info("%s: planning again after: %s", self.store.id, why)
@@ -349,7 +368,7 @@ class _Execution:
     ) -> bytes:
         if content.side is Side.LOCAL:
             try:
-                return self.mirror.worktree.read(content.path, content.hash)
+                return self.local.read(content.path, content.hash)
             except WorktreeChanged as exc:
                 raise Replan(str(exc)) from None
         snapshot = remote if content.side is Side.REMOTE else base
@@ -381,6 +400,7 @@ class _Execution:
                 if isinstance(action, Create):
                     data = self._read(action.content, base, remote)
                     memory = self.client.create_memory(store_id, action.path, data.decode("utf-8"))
+                    self._check_stored(action.path, memory.content_sha256, data)
                     self._keep(data)
                     pushed[action.path] = Entry(memory.content_sha256, memory.id)
                     self._pushed(action.path, "create")
@@ -389,6 +409,7 @@ class _Execution:
                     memory = self.client.update_memory(
                         store_id, action.memory_id, data.decode("utf-8"), expected_sha256=action.expected_hash
                     )
+                    self._check_stored(action.path, memory.content_sha256, data)
                     self._keep(data)
                     pushed[action.path] = Entry(memory.content_sha256, memory.id)
                     self._pushed(action.path, "update")
@@ -416,6 +437,15 @@ class _Execution:
             except StoreArchived:
                 raise MemsyncError(archived_message(self.store)) from None
         return pushed, changes
+
+    def _check_stored(self, memory_path: str, stored: str, sent: bytes) -> None:
+        """A write is reported only for what the store then holds."""
+        if stored != (digest := hashlib.sha256(sent).hexdigest()):
+            raise MemsyncError(
+                f"the store answered the write of {working_tree_path(self.mirror, memory_path)} with"
+                f" content {stored[:12]}, not the {digest[:12]} memsync sent; run memsync pull and"
+                " compare before pushing again"
+            )
 
     def _pushed(self, memory_path: str, action: str, *, to: str | None = None) -> None:
         entry = {"path": working_tree_path(self.mirror, memory_path), "action": action}
@@ -467,6 +497,7 @@ class _Execution:
             merged.content.decode("utf-8"),
             expected_sha256=action.expected_hash,
         )
+        self._check_stored(action.path, memory.content_sha256, merged.content)
         self._keep(merged.content)
         pushed[action.path] = Entry(memory.content_sha256, memory.id)
         self._pushed(action.path, "merge")
@@ -527,17 +558,33 @@ class _Execution:
 
     # --- the checkout and the refs -----------------------------------------------------------
 
-    def _checkout(self, changes: list[CheckoutChange], scan: WorktreeScan) -> None:
+    def _checkout(
+        self, changes: list[CheckoutChange], scan: WorktreeScan, stored: Mapping[str, Entry | None]
+    ) -> None:
+        if not self.in_checkout:
+            return  # a commit's files: the clone takes the store's changes by pulling
         # Called without changes too: a memory deleted from the store can change the spelling of
         # another file (a file beside a folder that is now gone loses its %_ suffix).
         if changes:
             self.mirror.worktree.wait_for_index_lock()
-        present = {path: found.tree_path for path, found in scan.files.items()}
+        # A file is respelled only once the store holds its content: a rejected or conflicting file,
+        # or one whose write failed, stays where its user put it.
+        present = {
+            path: found.tree_path
+            for path, found in scan.files.items()
+            if found.sha256 is not None
+            and (entry := stored.get(path)) is not None
+            and entry.hash == found.sha256
+        }
         try:
             warnings = self.mirror.worktree.apply(changes, present=present)
         except WorktreeChanged as exc:
             raise Replan(str(exc)) from None
         self.report.warnings.extend(warnings)
+        for memory_path, old in present.items():
+            new = self.mirror.worktree.locate(memory_path)
+            if new is not None and new != old:
+                self.report.respelled.append({"path": old, "to": new, "reason": respelling_reason(old, new)})
         for change in changes:
             self.report.checkout.append(
                 {
@@ -606,6 +653,25 @@ class _Execution:
         return blob
 
 
+def respelling_reason(old: str, new: str) -> str:
+    """Why memsync moved a file from ``old`` to ``new``, its spelling of the same memory path."""
+    if old.endswith(FILE_SUFFIX) != new.endswith(FILE_SUFFIX):
+        if new.endswith(FILE_SUFFIX):
+            return "a folder of the same name is beside it: the file's name ends in %_"
+        return "the folder of the same name beside it is gone: the file's name no longer ends in %_"
+    if Spelling.FOLDED in read_spelling(new)[1]:
+        return (
+            "another memory beside it differs only in case or Unicode form, and many drives take the"
+            " two names for one file: this one's differences are spelled as %XX escapes"
+        )
+    if Spelling.FOLDED in read_spelling(old)[1]:
+        return "the memory beside it that differed only in case or Unicode form is gone"
+    return (
+        "its name holds what Windows, macOS or git refuse in a file name (a reserved name such as"
+        ' NUL, a trailing dot or space, one of < > : " | ? *, a control character): spelled as %XX escapes'
+    )
+
+
 def reconcile(
     client: Client,
     store: Store,
@@ -615,14 +681,21 @@ def reconcile(
     *,
     force: bool = False,
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
+    local: LocalFiles | None = None,
 ) -> None:
-    """Reconcile the checkout with the store; the caller holds the store lock and has pulled.
-
-    Errors end up in ``report`` (never raised). ``importer`` imports new versions (a pull).
+    """Reconcile the checkout (or the files ``local`` names) with the store; the caller holds the store
+    lock and has pulled. Errors end up in ``report`` (never raised). ``importer`` imports new versions.
     """
     try:
         _Execution(
-            client, store, mirror, report, importer, force=force, max_delete_share=max_delete_share
+            client,
+            store,
+            mirror,
+            report,
+            importer,
+            force=force,
+            max_delete_share=max_delete_share,
+            local=local,
         ).run()
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)

@@ -23,6 +23,7 @@ from memsync.rules import Dialect
 from memsync.sync.outputs import StatusOutput
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
+    LocalFiles,
     PushReport,
     local_entries,
     report_notices,
@@ -116,19 +117,26 @@ def _store_name(path: Path) -> str:
 
 
 def mirror_status(
-    path: Path, dialect: Dialect, *, max_delete_share: float = DEFAULT_MAX_DELETE_SHARE
+    path: Path,
+    dialect: Dialect,
+    *,
+    max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
+    local: LocalFiles | None = None,
 ) -> StatusReport:
-    """The waiting work of the mirror at ``path``; errors end up in the report."""
+    """The waiting work of the mirror at ``path`` (or what pushing the files ``local`` names would
+    meet); errors end up in the report."""
     report = StatusReport(id=path.name, path=str(path))
     try:
         with Mirror.open(path) as mirror:
-            _fill(mirror, dialect, max_delete_share, report)
+            _fill(mirror, dialect, max_delete_share, report, local or mirror.worktree)
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
     return report
 
 
-def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport) -> None:
+def _fill(
+    mirror: Mirror, dialect: Dialect, max_delete_share: float, report: StatusReport, local: LocalFiles
+) -> None:
     store, _ = mirror.read_metadata()
     report.name = str(store.get("name", "")) if store else ""
     facts = mirror.facts(save=False)  # cached by the pulls: no walk of the history
@@ -143,7 +151,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
     snaps = Snapshots(mirror)  # not saved: status writes nothing
     base_ref, base = snaps.base()
     remote = snaps.of(report.tip)
-    scan = mirror.worktree.scan(dialect, known=set(base) | set(remote), save_cache=False)
+    scan = local.scan(dialect, known=set(base) | set(remote), save_cache=False)
     records = mirror.conflicts.open()
     current = plan(
         snapshot_entries(base),
