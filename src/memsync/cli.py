@@ -562,6 +562,8 @@ def _describe_cycle(report: dict[str, Any]) -> str:
         lines.append(f"  pushed: {item['action']} {esc(item['path'])}{moved}")
     for item in push.get("notices", []):
         lines.append(f"  note: {esc(item['path'])}: {esc(item['reason'])}")
+    for item in push.get("respelled", []):
+        lines.append(f"  respelled: {esc(item['path'])} -> {esc(item['to'])}: {esc(item['reason'])}")
     for item in push.get("conflicts", []):
         lines.append(
             f"  conflict: {esc(item['path'])}: {esc(item['reason'])}; edit it, then run"

@@ -158,3 +158,38 @@ def test_status_shows_the_daemon_state(setup: tuple[Path, str, Path], server: Se
     assert 89 <= daemon["lag_seconds"] < 200
     assert daemon["last_success"].endswith("Z") and daemon["next_run"] is not None
     assert mirror["conflicts"] == [] and mirror["rejected"] == [] and mirror["pending"] == []
+
+
+def test_a_rejected_file_stays_where_it_is_and_a_respelling_is_named(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    """A file the store refuses is never moved, renamed or rewritten; once its content is in the
+    store, memsync moves it to its spelling and says so, old -> new and why, in text and JSON. The
+    daemon's watcher does not take the move for an edit."""
+    from memsync.daemon._baseline import CheckoutBaseline
+
+    config, _, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    (repo / "nul.md").write_bytes(b"a NUL \x00 byte\n")
+    (repo / "pad ").mkdir()
+    (repo / "pad " / "x.md").write_text("folder ends in a space\n")
+    refused = memsync("sync", "--json", config=config, token=server.token)
+    assert refused.returncode == 4, refused.stderr
+    (entry,) = stores_of(refused)
+    assert sorted(r["path"] for r in entry["rejected"]) == ["nul.md"]
+    assert (repo / "nul.md").read_bytes() == b"a NUL \x00 byte\n"
+    assert not (repo / "%6Eul.md").exists()
+    (respelled,) = entry["push"]["respelled"]
+    assert respelled["path"] == "pad /x.md" and respelled["to"] == "pad%20/x.md"
+    assert "trailing dot or space" in respelled["reason"]
+
+    (repo / "nul.md").write_text("no NUL now\n")
+    fixed = memsync("sync", config=config, token=server.token)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "respelled: nul.md -> %6Eul.md: its name holds what Windows" in fixed.stdout
+    assert (repo / "%6Eul.md").read_text() == "no NUL now\n" and not (repo / "nul.md").exists()
+    baseline = CheckoutBaseline(repo)
+    try:
+        assert baseline.changed(["nul.md", "%6Eul.md", "pad /x.md", "pad%20/x.md"]) == []
+    finally:
+        baseline.close()

@@ -2,56 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import FileMode
 
-from memsync.errors import MirrorError, RuleViolation
-from memsync.mirror.errors import PathEncodingError, translated
+from memsync.mirror.errors import translated
 from memsync.mirror.gitbinary import run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.ignores import EXCLUDE_BLOCK
-from memsync.mirror.paths import decoded, escape_for_terminal, precomposed_twins
 from memsync.mirror.refs import BASE_REF, MAIN_REF, MEMSTORE_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, PLAIN_CHECKOUT, Mirror
-from memsync.mirror.snapshots import SnapshotEntry
-from memsync.mirror.worktree import WorktreeFile, WorktreeScan
-from memsync.rules import Dialect, decode_content
 
 # git's own judgement of the clone's drive (git clone probes it; git for Windows and macOS preset it).
 DRIVE_SETTINGS = ("core.ignorecase", "core.precomposeunicode")
-
-
-@dataclass(frozen=True, slots=True)
-class CommitFiles:
-    """A commit of the clone as a push's local side, read from git's objects and never from a drive
-    (where two committed names may be one file): its memories and strays as a checkout's scan finds them."""
-
-    git_dir: Path
-    found: WorktreeScan
-    blobs: Mapping[str, str] = field(default_factory=dict)  # memory path → blob id
-
-    def scan(
-        self,
-        dialect: Dialect,
-        *,
-        known: Set[str] = frozenset(),
-        save_cache: bool = True,
-        trust_cache: bool = True,
-    ) -> WorktreeScan:
-        """The files as read once (judged by the dialect :meth:`Clone.files` was given)."""
-        return self.found
-
-    def read(self, memory_path: str, expected_sha256: str) -> bytes:
-        with GitStore(self.git_dir, action=f"opening the clone at {self.git_dir}") as clone:
-            data = clone.read_blob(self.blobs[memory_path])
-        if hashlib.sha256(data).hexdigest() != expected_sha256:
-            raise MirrorError(f"the commit's {escape_for_terminal(memory_path)} is not {expected_sha256}")
-        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,53 +64,25 @@ class Clone:
             if tip is not None:
                 repo.align_index(tip)
 
-    def files(
-        self, commit: str, dialect: Dialect, *, store: Mapping[str, SnapshotEntry], precomposed: bool = False
-    ) -> CommitFiles:
-        """The files of the clone's ``commit``; what ``store`` (the snapshot the push builds on) holds
-        already is not read again. ``precomposed`` (git's ``core.precomposeunicode``, macOS): a name git
-        read from the drive in NFC is the store's memory spelled in NFD that the commit no longer names."""
-        found, blobs = WorktreeScan(), {}
-        hashes = {entry.blob: entry.sha256 for entry in store.values()}
+    def entries(self, commit: str) -> list[tuple[str, str, str]]:
+        """``(tree path, kind, object id)`` of every entry of the clone's ``commit`` but its folders, read
+        from git's objects (a drive may take two of its names for one file); kind is ``file``,
+        ``symlink`` or ``submodule``."""
+        kinds = {FileMode.BLOB: "file", FileMode.BLOB_EXECUTABLE: "file", FileMode.LINK: "symlink"}
+        found = []
+        opened = GitStore(self.git_dir, action=f"opening the clone at {self.git_dir}")
+        with opened as clone, translated(f"reading commit {commit}"):
+            pending = [("", clone.tree(commit))]
+            while pending:
+                prefix, folder = pending.pop()
+                for item in folder:
+                    if isinstance(item, pygit2.Tree):
+                        pending.append((f"{prefix}{item.name}/", item))
+                    else:
+                        kind = kinds.get(item.filemode, "submodule")
+                        found.append((f"{prefix}{item.name}", kind, str(item.id)))
+        return sorted(found)
+
+    def read(self, blob: str) -> bytes:
         with GitStore(self.git_dir, action=f"opening the clone at {self.git_dir}") as clone:
-            with translated(f"reading commit {commit}"):
-                pending, entries = [("", clone.tree(commit))], []
-                while pending:
-                    prefix, folder = pending.pop()
-                    for item in folder:
-                        tree_path = f"{prefix}{item.name}"
-                        if isinstance(item, pygit2.Tree):
-                            pending.append((f"{tree_path}/", item))
-                        else:
-                            entries.append((tree_path, item.filemode, str(item.id)))
-            for tree_path, mode, blob in sorted(entries):
-                try:
-                    memory_path = decoded(tree_path)
-                except PathEncodingError as exc:
-                    found.strays[tree_path] = str(exc)
-                    continue
-                if (other := found.files.get(memory_path)) is not None:
-                    found.strays[tree_path] = (
-                        f"{escape_for_terminal(other.tree_path)} and {escape_for_terminal(tree_path)} are two"
-                        f" spellings of the memory {escape_for_terminal(memory_path)}; keep one of them"
-                    )
-                    continue
-                if mode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
-                    kind = "symlink" if mode == FileMode.LINK else "submodule"
-                    found.files[memory_path] = WorktreeFile(tree_path, kind)
-                    continue
-                sha, problem = hashes.get(blob), None
-                if sha is None:
-                    data = clone.read_blob(blob)
-                    sha = hashlib.sha256(data).hexdigest()
-                    try:
-                        decode_content(data, dialect)
-                    except RuleViolation as exc:
-                        problem = str(exc)
-                found.files[memory_path] = WorktreeFile(tree_path, "file", sha, problem)
-                blobs[memory_path] = blob
-        if precomposed:
-            for name, known in precomposed_twins(found.files, store).items():
-                found.files[known] = found.files.pop(name)
-                blobs[known] = blobs.pop(name)
-        return CommitFiles(self.git_dir, found, blobs)
+            return clone.read_blob(blob)

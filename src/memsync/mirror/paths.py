@@ -207,19 +207,6 @@ def encode_paths(memory_paths: Iterable[str]) -> dict[str, str]:
     return {path: encoded(path, path in directories, folded.get(path, ())) for path in paths}
 
 
-def precomposed_twins(found: Iterable[str], known: Iterable[str]) -> dict[str, str]:
-    """``{path: known path}`` where a path of ``found`` differs from one of ``known`` that ``found`` lacks
-    only as git on macOS reads a name from the drive, in NFC: one memory, either way, one to one."""
-    found, known = set(found), set(known)
-    nfc = functools.partial(unicodedata.normalize, "NFC")
-    gone: dict[str, list[str]] = {}
-    new: dict[str, list[str]] = {}
-    for paths, side in ((known - found, gone), (found - known, new)):
-        for path in paths:
-            side.setdefault(nfc(path), []).append(path)
-    return {paths[0]: gone[key][0] for key, paths in new.items() if len(paths) == len(gone.get(key, ())) == 1}
-
-
 def segment_spellings(segment: str, *, last: bool) -> list[tuple[str, ...]]:
     """Every way a tree may spell one memory segment, the usual one first (and for the ``last``, with
     and without ``%_``): to find a memory's file whatever its siblings."""

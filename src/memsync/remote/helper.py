@@ -46,6 +46,7 @@ from memsync.remote.location import (
     parse_store_url,
     read_token,
 )
+from memsync.sync.commits import commit_files
 from memsync.sync.cycle import run_cycle
 from memsync.sync.pull import PullReport, pull_store
 from memsync.sync.push import DEFAULT_MAX_DELETE_SHARE
@@ -273,7 +274,9 @@ class RemoteHelper:
         with Mirror.open(self.mirror) as mirror:
             snapshot = Snapshots(mirror).of(pulled.tip)
         precomposed = git_config(self.git_dir, "core.precomposeunicode") == "true"
-        files = self.clone.files(commit, self.location.dialect, store=snapshot, precomposed=precomposed)
+        files = commit_files(
+            self.clone, commit, self.location.dialect, store=snapshot, precomposed=precomposed
+        )
         share = self._number("memstore.maxDeleteShare", DEFAULT_MAX_DELETE_SHARE)
         waiting = mirror_status(self.mirror, self.location.dialect, max_delete_share=share, local=files)
         if waiting.error is not None:
