@@ -173,23 +173,27 @@ def test_a_rejected_file_stays_where_it_is_and_a_respelling_is_named(
     (repo / "nul.md").write_bytes(b"a NUL \x00 byte\n")
     (repo / "pad ").mkdir()
     (repo / "pad " / "x.md").write_text("folder ends in a space\n")
+    (repo / "what?.md").write_text("a question\n")
     refused = memsync("sync", "--json", config=config, token=server.token)
     assert refused.returncode == 4, refused.stderr
     (entry,) = stores_of(refused)
-    assert sorted(r["path"] for r in entry["rejected"]) == ["nul.md"]
+    assert sorted(r["path"] for r in entry["rejected"]) == ["nul.md", "pad /x.md"]
     assert (repo / "nul.md").read_bytes() == b"a NUL \x00 byte\n"
-    assert not (repo / "%6Eul.md").exists()
+    assert (repo / "pad " / "x.md").read_text() == "folder ends in a space\n"
+    assert not (repo / "%6Eul.md").exists() and not (repo / "pad%20").exists()
+    # Pushed, then moved to its spelling: named with the reason.
     (respelled,) = entry["push"]["respelled"]
-    assert respelled["path"] == "pad /x.md" and respelled["to"] == "pad%20/x.md"
-    assert "trailing dot or space" in respelled["reason"]
+    assert respelled["path"] == "what?.md" and respelled["to"] == "what%3F.md"
+    assert "one of < > :" in respelled["reason"]
+    assert (repo / "what%3F.md").read_text() == "a question\n"
 
     (repo / "nul.md").write_text("no NUL now\n")
     fixed = memsync("sync", config=config, token=server.token)
-    assert fixed.returncode == 0, fixed.stderr
+    assert fixed.returncode == 4, fixed.stderr  # pad /x.md still waits
     assert "respelled: nul.md -> %6Eul.md: its name holds what Windows" in fixed.stdout
     assert (repo / "%6Eul.md").read_text() == "no NUL now\n" and not (repo / "nul.md").exists()
     baseline = CheckoutBaseline(repo)
     try:
-        assert baseline.changed(["nul.md", "%6Eul.md", "pad /x.md", "pad%20/x.md"]) == []
+        assert baseline.changed(["nul.md", "%6Eul.md", "what?.md", "what%3F.md"]) == []
     finally:
         baseline.close()

@@ -551,3 +551,37 @@ def test_a_private_mirror_left_as_no_repository_is_imported_again(remote: Remote
     fetched = remote.git("fetch", cwd=clone)
     assert "left incomplete by a killed run" in fetched.stderr
     assert remote.git("rev-parse", "origin/main", cwd=clone).stdout.strip() == remote.mirror_tip()
+
+
+def test_a_too_large_file_refuses_the_push_naming_the_commits_file_and_what_to_do(remote: Remote) -> None:
+    remote.client.create_memory(remote.store.id, "a.md", "alpha\n")
+    clone = remote.clone("notes")
+    remote.commit(clone, {"a.md": "alpha, edited\n", "big.md": "x" * 200_000})
+    refused = remote.git("push", cwd=clone, check=False)
+    assert (
+        refused.returncode != 0
+        and "refused, nothing written: big.md: content: is 200000 bytes" in refused.stderr
+    )
+    # It speaks of the user's commit and what to do, not of memsync's private checkout.
+    assert "checkout copy" not in refused.stderr
+    assert "The commit you pushed holds these files" in refused.stderr
+    assert "git rm --cached <file> keeps your copy" in refused.stderr and "push again" in refused.stderr
+    assert remote.contents() == {"a.md": "alpha\n"}
+
+
+def test_a_name_git_precomposed_on_macos_is_the_same_memory(server: ServerProcess, tmp_path: Path) -> None:
+    """git on macOS (core.precomposeunicode) reads a name the store holds in NFD from the drive in
+    NFC: a commit naming the memory so changes it, and never pushes it as a new one."""
+    nfd, nfc = "cafe\u0301.md", "caf\u00e9.md"
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        remote = Remote(server, client, Dialect.FORWARD, tmp_path)
+        made = client.create_memory(remote.store.id, nfd, "decomposed\n")
+        clone = remote.clone("notes")
+        remote.git("config", "core.precomposeunicode", "true", cwd=clone)
+        # What git for macOS commits after `git add -A`: the NFC spelling, the NFD one gone.
+        remote.git("mv", nfd, nfc, cwd=clone)
+        remote.commit(clone, {nfc: "decomposed\nedited on a Mac\n"})
+        remote.git("push", "-q", cwd=clone)
+        (memory,) = client.list_memories(remote.store.id)
+        assert memory.id == made.id and memory.path.lstrip("/") == nfd
+        assert remote.contents() == {nfd: "decomposed\nedited on a Mac\n"}

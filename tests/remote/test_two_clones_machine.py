@@ -1,11 +1,14 @@
 """A Hypothesis state machine of two git clones of one store, as two teammates use them: each edits,
-creates and deletes its own files and commits, pushes (accepted, or rejected because the other
-pushed first), and pulls (rebasing onto the store's history).
+creates, deletes and renames (case-only too, with git mv) its own files and commits, pushes
+(accepted, or rejected because the other pushed first), and pulls (rebasing onto the store's
+history). The first clone is on exFAT (a laptop's case-insensitive drive), the second on the test's
+own filesystem.
 
 After every step:
 
 * a rejected push wrote nothing: the store holds what it held before;
-* an accepted push left the store holding exactly the files of the pushed commit;
+* an accepted push left the store holding exactly the files of the pushed commit, and each of its
+  "written:" lines is what the store then holds;
 * after a pull, ``origin/main`` is the commit a fresh ``memsync pull`` of the store makes (the same
   ids), and the clone's files are the store's plus its own commits not yet pushed;
 * ``git fsck`` stays clean.
@@ -14,7 +17,8 @@ At the end both clones pull and push until nothing is left: they stand on the sa
 mirror's tip, holding the store's files.
 
 Budget: 3 examples of 8 steps on Forward in CI (each step runs git and the helper as processes);
-``HYPOTHESIS_PROFILE=soak`` runs 40 of 25 in every dialect.
+``HYPOTHESIS_PROFILE=soak`` runs 40 of 25 in every dialect. Without a way to mount exFAT (root,
+FUSE), the first clone is on the test's filesystem too.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,9 +39,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from memsync.api import Client, open_client
-from memsync.mirror import Mirror
+from memsync.mirror import Mirror, decode_path
 from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
+from tests.support.filesystems import mounted
 from tests.support.server import ServerProcess
 
 PREFIX = {Dialect.FORWARD: "/api/v1/forward", Dialect.CLOUD: "/api/v1/cloud", Dialect.ANTHROPIC: "/v1"}
@@ -49,6 +55,7 @@ clones = st.sampled_from(["first", "second"])
 class TwoClones(RuleBasedStateMachine):
     server: ClassVar[ServerProcess]
     dialect: ClassVar[Dialect] = Dialect.FORWARD
+    laptop: ClassVar[Path | None] = None  # where the first clone goes: an exFAT mount
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,14 +70,16 @@ class TwoClones(RuleBasedStateMachine):
             "MEMSYNC_TOKEN": self.server.token,
         }
         self.counter = itertools.count()
-        self.clone = {name: self.tmp / name for name in ("first", "second")}
+        first = self.tmp if self.laptop is None else Path(tempfile.mkdtemp(dir=self.laptop))
+        self.clone = {"first": first / "first", "second": self.tmp / "second"}
         for name, path in self.clone.items():
-            self.git(self.tmp, "clone", "-q", self.url, name)
+            self.git(path.parent, "clone", "-q", self.url, name)
             self.git(path, "config", "user.name", name)
 
     def teardown(self) -> None:
         self.client.close()
-        subprocess.run(["rm", "-rf", str(self.tmp)], check=False)
+        for path in self.clone.values():
+            subprocess.run(["rm", "-rf", str(path.parent)], check=False)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -89,8 +98,9 @@ class TwoClones(RuleBasedStateMachine):
         }
 
     def tree_files(self, clone: Path, revision: str = "HEAD") -> dict[str, str]:
+        """``{memory path: content}`` of a commit of the clone, read from git's objects."""
         listed = self.git(clone, "ls-tree", "-r", "-z", "--name-only", revision).stdout.split("\0")
-        return {path: self.git(clone, "show", f"{revision}:{path}").stdout for path in listed if path}
+        return {decode_path(p): self.git(clone, "show", f"{revision}:{p}").stdout for p in listed if p}
 
     def mirror_tip(self) -> str | None:
         root = self.tmp / "oracle"
@@ -105,6 +115,7 @@ class TwoClones(RuleBasedStateMachine):
     def write(self, who: str, name: str) -> None:
         target = self.clone[who] / who / name
         target.parent.mkdir(parents=True, exist_ok=True)
+        # On the laptop's drive a name in another case is the same file: the edit is its.
         target.write_text(f"{who} wrote {next(self.counter)}\n")
         self.git(self.clone[who], "add", "-A")
         self.git(self.clone[who], "commit", "-q", "-m", f"{who} writes {name}")
@@ -117,13 +128,37 @@ class TwoClones(RuleBasedStateMachine):
         target.unlink()
         self.git(self.clone[who], "commit", "-q", "-am", f"{who} deletes {name}")
 
+    @rule(who=clones, name=st.sampled_from(NAMES), upper=st.booleans())
+    def rename(self, who: str, name: str, upper: bool) -> None:
+        """git mv to another case of the name (case-only on the first clone's drive) or another name."""
+        folder, _, base = f"{who}/{name}".rpartition("/")
+        if not (self.clone[who] / folder).is_dir():
+            return
+        old = next((f"{folder}/{n}" for n in os.listdir(self.clone[who] / folder) if n.lower() == base), None)
+        if old is None:
+            return
+        new = f"{folder}/{base.upper() if upper else 'moved-' + base}"
+        there = self.clone[who] / new
+        if new == old or (os.path.lexists(there) and not os.path.samefile(self.clone[who] / old, there)):
+            return
+        self.git(self.clone[who], "mv", old, new)
+        self.git(self.clone[who], "commit", "-q", "-m", f"{who} renames {old} to {new}")
+
     @rule(who=clones)
     def push(self, who: str) -> None:
         clone = self.clone[who]
         before = self.store_files()
         done = self.git(clone, "push", check=False)
+        stored, committed = self.store_files(), self.tree_files(clone)
+        for line in done.stderr.splitlines():
+            # Each "written:" line is what the store now holds, whether or not the push went through.
+            if "memstore: written: " in line:
+                action, _, rest = line.split("written: ", 1)[1].partition(" ")
+                path, _, moved = rest.partition(" to ")
+                memory = decode_path(moved or path)
+                assert stored.get(memory) == (None if action == "delete" and not moved else committed[memory])
         if done.returncode == 0:
-            assert self.store_files() == self.tree_files(clone), done.stderr
+            assert stored == committed, done.stderr
         else:
             assert "(fetch first)" in done.stderr, done.stderr
             assert self.store_files() == before
@@ -159,9 +194,21 @@ class TwoClones(RuleBasedStateMachine):
 
 
 # The soak's budget is an hour a dialect, beyond the suite's per-test timeout.
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | None]:
+    """An exFAT mount for the first clone; None where none can be made (the test then runs on one drive)."""
+    try:
+        with mounted("exfat", tmp_path_factory.mktemp("laptop")) as point:
+            yield point
+    except pytest.skip.Exception:
+        yield None
+
+
 @pytest.mark.timeout(3600 if SOAK else 300)
 @pytest.mark.parametrize("dialect", list(Dialect) if SOAK else [Dialect.FORWARD], ids=lambda d: d.value)
-def test_two_clones_push_pull_and_converge(server: ServerProcess, dialect: Dialect) -> None:
+def test_two_clones_push_pull_and_converge(
+    server: ServerProcess, dialect: Dialect, laptop: Path | None
+) -> None:
     class Machine(TwoClones):
         def teardown(self) -> None:
             try:
@@ -171,6 +218,7 @@ def test_two_clones_push_pull_and_converge(server: ServerProcess, dialect: Diale
 
     Machine.server = server
     Machine.dialect = dialect
+    Machine.laptop = laptop
     run_state_machine_as_test(
         Machine,
         settings=settings(
