@@ -36,7 +36,7 @@ from typing import ClassVar
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from memsync.api import Client, open_client
 from memsync.mirror import Mirror, decode_path
@@ -128,19 +128,26 @@ class TwoClones(RuleBasedStateMachine):
         target.unlink()
         self.git(self.clone[who], "commit", "-q", "-am", f"{who} deletes {name}")
 
+    @initialize()
+    def start_with_a_case_only_rename(self) -> None:
+        """Every run meets what laptops do: a file renamed by case only, on the first clone's drive."""
+        self.rename("first", NAMES[0], upper=True)
+
     @rule(who=clones, name=st.sampled_from(NAMES), upper=st.booleans())
     def rename(self, who: str, name: str, upper: bool) -> None:
-        """git mv to another case of the name (case-only on the first clone's drive) or another name."""
+        """git mv to the other case of the name (case-only: one file on the first clone's drive) or to
+        another name; a file is written first if there is none to rename."""
         folder, _, base = f"{who}/{name}".rpartition("/")
-        if not (self.clone[who] / folder).is_dir():
-            return
-        old = next((f"{folder}/{n}" for n in os.listdir(self.clone[who] / folder) if n.lower() == base), None)
-        if old is None:
-            return
-        new = f"{folder}/{base.upper() if upper else 'moved-' + base}"
+        where = self.clone[who] / folder
+        found = [n for n in os.listdir(where) if n.lower() == base] if where.is_dir() else []
+        if not found:
+            self.write(who, name)
+            found = [base]
+        old = f"{folder}/{found[0]}"
+        new = f"{folder}/{(base if found[0] != base else base.upper()) if upper else 'moved-' + base}"
         there = self.clone[who] / new
-        if new == old or (os.path.lexists(there) and not os.path.samefile(self.clone[who] / old, there)):
-            return
+        if there.name in os.listdir(there.parent):
+            return  # a file of its own there (a case-sensitive drive)
         self.git(self.clone[who], "mv", old, new)
         self.git(self.clone[who], "commit", "-q", "-m", f"{who} renames {old} to {new}")
 
