@@ -267,3 +267,17 @@ def test_a_409_that_overlaps_becomes_a_conflict(make_side: MakeSide) -> None:
     report = side.sync(client=racing)  # type: ignore[arg-type]
     assert report.conflicts == ["p.md"] and report.exit_code == 4
     assert side.remote() == {"p.md": BASE.replace("line 1", "line 1 racing")}
+
+
+def test_a_conflicts_markers_stay_in_the_file_where_the_user_made_it(make_side: MakeSide) -> None:
+    """A file under a name memsync spells otherwise (what?.md, spelled what%3F.md) whose content the
+    store does not hold (created on both sides, differently) keeps its name: the markers go there."""
+    side = make_side(Dialect.FORWARD, {"other.md": "other\n"})
+    side.write("what?.md", "mine\n")
+    side.put("what?.md", "theirs\n")
+    report = side.sync()
+    assert report.ok and report.conflicts == ["what?.md"]
+    text = side.read("what?.md")
+    assert "mine" in text and "theirs" in text
+    assert not (side.repo / "what%3F.md").exists()
+    assert report.push is not None and report.push.respelled == []

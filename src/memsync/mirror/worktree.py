@@ -236,11 +236,13 @@ def prune_folders(root: Path, tree_path: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CheckoutChange:
-    """``data`` for the memory's file (None: remove it) if it hashes to ``expected_sha256`` (None: absent)."""
+    """``data`` for the memory's file (None: remove it) if it hashes to ``expected_sha256`` (None: absent);
+    ``in_place``: written where the file is, keeping its spelling (a conflict's markers: not stored)."""
 
     memory_path: str
     data: bytes | None
     expected_sha256: str | None
+    in_place: bool = False
 
 
 class Worktree:
@@ -365,7 +367,8 @@ class Worktree:
         pending: list[tuple[str, str | None, CheckoutChange | None]] = []  # (target, where now, change)
         for memory_path in sorted(final):
             if (wanted := by_path.get(memory_path)) is not None:
-                pending.append((spelling[memory_path], self.locate(memory_path), wanted))
+                where = self.locate(memory_path)
+                pending.append(((wanted.in_place and where) or spelling[memory_path], where, wanted))
             elif present[memory_path] != spelling[memory_path]:
                 pending.append((spelling[memory_path], present[memory_path], None))
         for memory_path in sorted(removed):

@@ -538,7 +538,7 @@ class _Execution:
         crash_point("push.conflict_recorded")
         self.conflicted[memory_path] = Entry(against.sha256, against.memory_id)
         self.recorded.add(memory_path)
-        change = CheckoutChange(memory_path, markers, expected_local)
+        change = CheckoutChange(memory_path, markers, expected_local, in_place=True)
         self.conflict_writes[memory_path] = change
         return change
 
