@@ -141,7 +141,7 @@ def test_into_an_existing_store_fewest_writes_delete_guard_and_dry_run(
     _, mirror = source
     config = write_config(tmp_path, server.base_url, dialect=Dialect.ANTHROPIC)
     with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
-        target = client.create_store(f"target-{uuid.uuid4().hex[:6]}")
+        target = client.create_store(f"target-{uuid.uuid4().hex[:6]}", description="made by tests")
         client.create_memory(target.id, "c.md", "sea\n")  # already right
         client.create_memory(target.id, "notes/a.md", "stale\n")  # an update
         client.create_memory(target.id, "moved/b.md", "bee\n")  # a rename to notes/deep/b.md
