@@ -546,7 +546,11 @@ def sync(
                 client,
                 selection.stores,
                 lambda own, store: run_cycle(
-                    own, store, config.mirror.root, max_delete_share=config.push.max_delete_share
+                    own,
+                    store,
+                    config.mirror.root,
+                    max_delete_share=config.push.max_delete_share,
+                    withhold_over_limit=True,
                 ),
                 jobs=config.fleet.concurrency,
                 done=progress.store_done,
