@@ -690,8 +690,8 @@ def over_limit_reason(holds: int, creates: int, after: int, limit: int, dialect:
     return (
         f"not created: the store holds {holds} memories and this push would create {creates}, leaving"
         f" {after}, more than the {limit:,} a store can hold on the {dialect.value} dialect; delete at least"
-        f" {after - limit} memories (remove their files from the checkout) or move the new files to"
-        " another store, then push again"
+        f" {after - limit} memories (remove their files) or move the new files to another store, then"
+        " push again"
     )
 
 

@@ -319,7 +319,11 @@ class _Execution:
             over = [n for n in current.notices if n.kind is NoticeKind.OVER_LIMIT]
             if over and not self.withhold_over_limit:
                 # A push (not a sync) is refused whole, so the user decides what the store keeps.
-                raise UserError(f"nothing was pushed to store {self.store.id}: {over[0].reason}")
+                named = ", ".join(working_tree_path(self.mirror, n.path) for n in over[:3])
+                more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+                raise UserError(
+                    f"nothing was pushed to store {self.store.id}: {named}{more}: {over[0].reason}"
+                )
             writes = [a for a in current.actions if isinstance(a, Create | Update | Delete | Rename | Merge)]
             if writes and self.store.archived:
                 self.report.fail(archived_message(self.store))
