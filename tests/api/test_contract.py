@@ -411,6 +411,20 @@ class TestForward(ClientContract):
 class TestCloud(ClientContract):
     dialect = Dialect.CLOUD
 
+    def test_a_store_needs_a_description_and_a_short_name_checked_before_sending(
+        self, client: Client
+    ) -> None:
+        before = len(list(client.list_stores()))
+        with pytest.raises(RuleViolation, match="Field 'description' is required") as missing:
+            client.create_store(f"bare-{uuid.uuid4().hex[:6]}")
+        assert missing.value.field == "description"
+        with pytest.raises(RuleViolation, match="at most 64") as long:
+            client.create_store("n" * 65, description="d")
+        assert long.value.field == "name"
+        assert len(list(client.list_stores())) == before
+        name = f"trimmed-{uuid.uuid4().hex[:6]}"
+        assert client.create_store(f" {name} ", description="d").name == name
+
 
 class TestAnthropic(ClientContract):
     dialect = Dialect.ANTHROPIC
