@@ -4,6 +4,7 @@ versions, the betas of a memory endpoint, a Cloud store's description and name."
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,11 @@ from memsync.rules import (
     ANTHROPIC_MEMORY_BETA,
     MAX_ANTHROPIC_MEMORIES,
     MAX_CLOUD_STORE_NAME_CHARS,
+    Dialect,
 )
+from memsync.server import Engine
+from memsync.server.problems import Conflict
+from memsync.server.storage import StoreLimits
 from tests.server.checks import anthropic_store, expect_error, forward_store, ok, sha
 from tests.server.conftest import dialect_client
 from tests.support.server import ServerProcess
@@ -146,3 +151,26 @@ def test_a_cloud_store_needs_a_description_and_a_short_trimmed_name(
     # The other dialects keep their own rules.
     assert forward_store(forward, name=too_long)["description"] == ""
     assert anthropic_store(anthropic_http, name=too_long)["name"] == too_long
+
+
+def test_versions_are_counted_in_a_database_made_before_the_counts_were_kept(tmp_path: Path) -> None:
+    db = tmp_path / "older.sqlite3"
+    engine = Engine(db)
+    store, _ = engine.create_store(Dialect.ANTHROPIC, name="older")
+    memory = engine.create_memory(Dialect.ANTHROPIC, store.id, path="/a.md", content="1")
+    engine.update_memory(Dialect.ANTHROPIC, store.id, memory.id, content="2")
+    engine.close()
+    with sqlite3.connect(db) as older:  # as a server that kept no counts left it
+        older.execute("DROP TABLE version_counts")
+        older.execute("DELETE FROM meta WHERE key = 'version_counts'")
+    engine = Engine(db, limits=StoreLimits(versions=3))
+    try:
+        engine.update_memory(Dialect.ANTHROPIC, store.id, memory.id, content="3")
+        with pytest.raises(Conflict, match="already holds 3 versions"):
+            engine.update_memory(Dialect.ANTHROPIC, store.id, memory.id, content="4")
+        # Deleting the store forgets its count with it.
+        engine.delete_store(Dialect.ANTHROPIC, store.id)
+        again, _ = engine.create_store(Dialect.ANTHROPIC, name="again")
+        engine.create_memory(Dialect.ANTHROPIC, again.id, path="/a.md", content="1")
+    finally:
+        engine.close()

@@ -257,6 +257,16 @@ CREATE TABLE IF NOT EXISTS versions (
     redactor_id TEXT
 );
 CREATE INDEX IF NOT EXISTS versions_by_store ON versions (store_id, id);
+-- A store's versions, counted as they come and go: counting them on every write (the Anthropic
+-- limit) took 140-200 ms a write at 250,000 versions. Triggers, so every writer of the file keeps it.
+CREATE TABLE IF NOT EXISTS version_counts (store_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS versions_counted AFTER INSERT ON versions BEGIN
+  INSERT INTO version_counts (store_id, count) VALUES (NEW.store_id, 1)
+    ON CONFLICT (store_id) DO UPDATE SET count = count + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS versions_uncounted AFTER DELETE ON versions BEGIN
+  UPDATE version_counts SET count = count - 1 WHERE store_id = OLD.store_id;
+END;
 CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, id);
 CREATE TABLE IF NOT EXISTS mounts (
     identity_id TEXT NOT NULL,
@@ -326,6 +336,7 @@ class Engine:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        self._count_versions_once()
         self._ids = IdGenerator(self._highest_order())
 
     def close(self) -> None:
@@ -341,6 +352,17 @@ class Engine:
             if row[0] is not None:
                 highest = max(highest, order_of(row[0]) or 0)
         return highest
+
+    def _count_versions_once(self) -> None:
+        """A database made before the counts were kept gets them once; the triggers keep them since."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM meta WHERE key = 'version_counts'").fetchone() is None:
+                db.execute("DELETE FROM version_counts")
+                db.execute(
+                    "INSERT INTO version_counts (store_id, count)"
+                    " SELECT store_id, COUNT(*) FROM versions GROUP BY store_id"
+                )
+                db.execute("INSERT INTO meta (key, value) VALUES ('version_counts', '1')")
 
     def now_ms(self) -> int:
         return to_ms(self._clock())
@@ -714,6 +736,7 @@ class Engine:
                     " pair(s); unmount it before deleting"
                 )
             db.execute("DELETE FROM versions WHERE store_id = ?", (store_id,))
+            db.execute("DELETE FROM version_counts WHERE store_id = ?", (store_id,))
             db.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
             db.execute("DELETE FROM stores WHERE id = ?", (store_id,))
 
@@ -765,7 +788,8 @@ class Engine:
                 f"memory store {store.id} already holds {store.entry_count} memories, the most a store"
                 f" can hold ({limits.memories}); delete some first"
             )
-        count = db.execute("SELECT COUNT(*) FROM versions WHERE store_id = ?", (store.id,)).fetchone()[0]
+        row = db.execute("SELECT count FROM version_counts WHERE store_id = ?", (store.id,)).fetchone()
+        count = 0 if row is None else row[0]
         if count >= limits.versions and self._retention_ms is not None:
             # Only versions still kept count; the retention clause is dearer, so it runs only here.
             clause, params = self._retention_clause()
