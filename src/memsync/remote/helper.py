@@ -293,7 +293,10 @@ class RemoteHelper:
             )
         if waiting.withheld and not forced:
             refusal = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
-            return f"error {destination} {_one_line(refusal)} (git push --force sends it)"
+            # The guards --force lifts say so; the store's memory limit holds whatever the flag.
+            if any("--force" in r["reason"] for r in waiting.withheld):
+                refusal += " (git push --force sends it)"
+            return f"error {destination} {_one_line(refusal)}"
         # The cycle builds on list for-push's pull (the one listing of a push): the writes'
         # preconditions catch a store that moved since.
         done = run_cycle(

@@ -101,6 +101,7 @@ def run_cycle(
     skip_versions: frozenset[str] = frozenset(),
     pulled: PullReport | None = None,
     local: LocalFiles | None = None,
+    withhold_over_limit: bool = False,
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
@@ -111,6 +112,10 @@ def run_cycle(
     it instead of listing the store again. Nothing is lost if the store moved since: every write
     carries its precondition, and a store that moved is a conflict, as in any cycle. ``local``: the
     files to push instead of the checkout's (a commit of a ``git clone``, read from git's objects).
+
+    Creates that would pass the store's memory limit (Anthropic: 2,000) refuse the whole push before
+    any write (``memsync push``, a clone's push); ``withhold_over_limit`` (``sync``, the daemon)
+    withholds them instead, named in ``status``, while the other changes go.
     """
     try:
         with store_lock(root, store.id):
@@ -133,6 +138,7 @@ def run_cycle(
                     max_delete_share=max_delete_share,
                     skip_versions=skip_versions,
                     local=local,
+                    withhold_over_limit=withhold_over_limit,
                 )
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
@@ -174,6 +180,7 @@ def _push(
     max_delete_share: float,
     skip_versions: frozenset[str],
     local: LocalFiles | None,
+    withhold_over_limit: bool,
 ) -> None:
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
@@ -209,6 +216,7 @@ def _push(
                 force=force,
                 max_delete_share=max_delete_share,
                 local=local,
+                withhold_over_limit=withhold_over_limit,
             )
             pull.tip = mirror.tip()
     except MemsyncError as exc:
