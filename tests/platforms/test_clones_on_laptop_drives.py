@@ -193,3 +193,18 @@ def test_an_index_holding_two_spellings_of_one_file_is_named_with_its_repair(lap
     assert "git rm --cached -- a.md" in fetched.stderr
     laptop.git("rm", "-q", "--cached", "--", "a.md", cwd=clone)
     assert "git rm --cached" not in laptop.git("fetch", cwd=clone).stderr
+
+
+def test_a_commit_naming_one_memory_twice_is_refused_before_any_write(laptop: Remote) -> None:
+    """Committed with plumbing (the drive cannot even hold ``a:b.md``): the memory a:b.md under its own
+    name and under memsync's spelling ``a%3Ab.md``. It cannot be written as committed: refused,
+    nothing written, both names given."""
+    laptop.client.create_memory(laptop.store.id, "a.md", "alpha\n")
+    clone = laptop.clone("c")
+    _commit_tree(
+        laptop, clone, {"a.md": "alpha\n", "b.md": "bee\n", "a:b.md": "one", "a%3Ab.md": "two"}, "twice"
+    )
+    refused = laptop.git("push", cwd=clone, check=False)
+    assert refused.returncode != 0 and "refused, nothing written" in refused.stderr
+    assert "a%3Ab.md and a:b.md are two spellings of the memory a:b.md" in refused.stderr
+    assert laptop.contents() == {"a.md": "alpha\n"}
