@@ -4,9 +4,11 @@ view needs, against the real reference server, on the dialects that have session
 from __future__ import annotations
 
 import abc
+import json
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -159,3 +161,31 @@ def test_forward_has_no_sessions(server: ServerProcess) -> None:
             client.get_session("sesn_any")
         with pytest.raises(UsageError, match="forward"):
             client.iter_versions("memstore_any", session_id="sesn_any")
+
+
+@pytest.mark.parametrize("dialect", [Dialect.CLOUD, Dialect.ANTHROPIC])
+def test_created_before_is_exact_to_the_microsecond(
+    dialect: Dialect, server_factory: Any, tmp_path: Path
+) -> None:
+    path = "/n.md" if dialect is Dialect.ANTHROPIC else "n.md"
+    history = [
+        {"op": "create" if n == 0 else "update", "content": str(n), "at": f"2026-03-01T10:00:00.00{n}Z"}
+        for n in range(3)
+    ]
+    store = {"dialect": dialect.value, "name": "timed", "memories": [{"path": path, "history": history}]}
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps({"stores": [store]}), encoding="utf-8")
+    seeded = server_factory("--seed", str(seed))
+    with open_client(dialect, seeded.base_url, seeded.token) as client:
+        (store_id,) = [s.id for s in client.list_stores()]
+        start = datetime(2026, 3, 1, 10, 0, 0, tzinfo=UTC)
+
+        def contents_up_to(instant: datetime) -> list[str | None]:
+            listed = client.iter_versions(store_id, created_before=instant, full=True)
+            return [content for _, content in client.fetch_contents(store_id, listed)]
+
+        assert contents_up_to(start + timedelta(microseconds=1000)) == ["1", "0"]
+        assert contents_up_to(start + timedelta(microseconds=1999)) == ["1", "0"]
+        assert contents_up_to(start + timedelta(microseconds=999)) == ["0"]
+        assert contents_up_to(start - timedelta(microseconds=1)) == []
+        assert contents_up_to(start + timedelta(seconds=1)) == ["2", "1", "0"]
