@@ -3,14 +3,22 @@ way to write as a session (docs/server.md), over raw HTTP."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from memsync.errors import ConfigError
+from memsync.rules import Dialect
 from memsync.server import wire
+from memsync.server.problems import NotFound
+from memsync.server.seeding import SeedFile, load_seed
+from memsync.server.storage import Engine
 from tests.server.checks import anthropic_store, cloud_store, expect_error, forward_store, ok
 from tests.server.conftest import dialect_client
 from tests.support.server import ServerProcess
@@ -245,3 +253,126 @@ def test_a_session_writes_only_where_it_may(agent: httpx.Client, forward: httpx.
     for store_id in (read_only["id"], unattached["id"], writable["id"]):
         assert ok(agent.get(f"/memory_stores/{store_id}/memory_versions"))["data"] == []
     ok(write(writable, session["id"]))
+
+
+# --- seeded sessions ------------------------------------------------------------------------
+
+SEEDED = {
+    "stores": [
+        {
+            "dialect": "anthropic",
+            "name": "Team Notes",
+            "memories": [
+                {
+                    "path": "/a.md",
+                    "history": [
+                        {"op": "create", "content": "before", "at": "2026-05-01T09:00:00Z"},
+                        {
+                            "op": "update",
+                            "content": "by the session",
+                            "at": "2026-05-01T10:00:00.001Z",
+                            "actor": {"type": "session_actor", "session_id": "sesn_seeded"},
+                        },
+                    ],
+                }
+            ],
+            "archived_at": "2026-06-01T00:00:00Z",
+        },
+        {"dialect": "cloud", "name": "flat"},
+        {"dialect": "cloud", "name": "placed"},
+    ],
+    "sessions": [
+        {
+            "dialect": "anthropic",
+            "id": "sesn_seeded",
+            "created_at": "2026-05-01T10:00:00Z",
+            "stores": [{"store": "Team Notes", "instructions": "Read first."}],
+        },
+        {
+            "dialect": "cloud",
+            "id": "sesn_cloud_seeded",
+            "created_at": "2026-05-02T00:00:00Z",
+            "stores": [
+                {"store": "flat", "access": "read_only"},
+                {"store": "placed", "mount_path": "/data/x"},
+            ],
+        },
+    ],
+}
+
+
+def test_a_seed_makes_sessions_at_chosen_times(server_factory: Any, tmp_path: Path) -> None:
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps(SEEDED), encoding="utf-8")
+    server = server_factory("--seed", str(seed))
+    with dialect_client(server, "/v1", api_key=True) as agent:
+        agent.headers.update(BETA)
+        session = ok(agent.get("/sessions/sesn_seeded"))
+        assert session["created_at"] == "2026-05-01T10:00:00.000Z"
+        (attached,) = session["resources"]
+        assert (attached["name"], attached["mount_path"], attached["instructions"]) == (
+            "Team Notes",
+            "/mnt/memory/team-notes",
+            "Read first.",
+        )
+        store_id = attached["memory_store_id"]
+        # Attached before it was archived, and the session's writes are its versions.
+        assert ok(agent.get(f"/memory_stores/{store_id}"))["archived_at"] == "2026-06-01T00:00:00.000Z"
+        written = ok(
+            agent.get(f"/memory_stores/{store_id}/memory_versions", params={"session_id": "sesn_seeded"})
+        )
+        assert [v["created_at"] for v in written["data"]] == ["2026-05-01T10:00:00.001Z"]
+    with dialect_client(server, "/api/v1/cloud") as cloud:
+        stores = {s["name"]: s["id"] for s in ok(cloud.get("/memory_stores"))["data"]}
+        seeded = ok(cloud.get("/sessions/sesn_cloud_seeded"))
+        assert seeded["created_at"] == "2026-05-02T00:00:00.000Z"
+        assert [(r["memory_store_id"], r["access"], r["mount_path"]) for r in seeded["resources"]] == [
+            (stores["flat"], "read_only", None),
+            (stores["placed"], "read_write", "/data/x"),
+        ]
+        created = ok(cloud.post("/sessions", json={"agent": "a", "memory_store_ids": [stores["flat"]]}), 201)
+        assert created["id"].startswith("sesn_") and created["created_at"] > "2026-05-02"
+
+
+@pytest.mark.parametrize(
+    ("session", "message"),
+    [
+        (
+            {"dialect": "cloud", "stores": [{"store": "nowhere"}]},
+            "sessions[1].stores[0].store: no cloud store named 'nowhere'",
+        ),
+        (
+            {"dialect": "anthropic", "stores": [{"store": "twice"}]},
+            "several anthropic stores are named 'twice'",
+        ),
+        (
+            {"dialect": "anthropic", "stores": [{"store": "old"}]},
+            "'old' is archived before the session begins",
+        ),
+        (
+            {
+                "dialect": "anthropic",
+                "created_at": "2026-01-01T00:00:00Z",
+                "stores": [{"store": "x", "mount_path": "/m"}],
+            },
+            "mount_path: Anthropic derives mount paths",
+        ),
+        ({"dialect": "cloud", "id": "sesn_same"}, "sessions[1]: session sesn_same exists already"),
+    ],
+)
+def test_a_bad_seeded_session_is_named(session: dict[str, Any], message: str, tmp_path: Path) -> None:
+    stores = [
+        {"dialect": "anthropic", "name": "twice"},
+        {"dialect": "anthropic", "name": "twice"},
+        {"dialect": "anthropic", "name": "old", "archived_at": "2026-01-01T00:00:00Z"},
+        {"dialect": "anthropic", "name": "x"},
+    ]
+    sessions = [{"dialect": "cloud", "id": "sesn_same"}, session]
+    engine = Engine(tmp_path / "seeded.sqlite3")
+    try:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_seed(engine, SeedFile.model_validate({"stores": stores, "sessions": sessions}))
+        with pytest.raises(NotFound):
+            engine.get_session(Dialect.CLOUD, "sesn_same")  # nothing of a bad seed stays
+    finally:
+        engine.close()
