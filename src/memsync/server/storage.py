@@ -13,6 +13,7 @@ milliseconds; the ``created_at`` of every object is the time encoded in its id (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -202,16 +203,6 @@ class SessionStoreRow:
     name: str
     description: str
     mount_path: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "store_id": self.store_id,
-            "access": self.access,
-            "instructions": self.instructions,
-            "name": self.name,
-            "description": self.description,
-            "mount_path": self.mount_path,
-        }
 
 
 @dataclass(frozen=True)
@@ -1376,7 +1367,7 @@ class Engine:
                     environment_id,
                     title,
                     json.dumps(dict(metadata or {}), ensure_ascii=False),
-                    json.dumps([a.as_json() for a in attached], ensure_ascii=False),
+                    json.dumps([dataclasses.asdict(a) for a in attached], ensure_ascii=False),
                     created,
                 ),
             )
