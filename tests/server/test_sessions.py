@@ -109,6 +109,7 @@ def test_at_most_eight_stores(agent: httpx.Client) -> None:
 
 
 def test_refused_attachments(agent: httpx.Client, server: ServerProcess) -> None:
+    agent_client = agent
     store = anthropic_store(agent)
     archived = anthropic_store(agent)
     ok(agent.post(f"/memory_stores/{archived['id']}/archive"))
@@ -134,6 +135,23 @@ def test_refused_attachments(agent: httpx.Client, server: ServerProcess) -> None
     ]
     expect_error(create(resource(store["id"]), vault_ids=["v"]), 400, "invalid_request_error")
     expect_error(create(resource(store["id"], mount_path="/mnt/memory/x")), 400, "invalid_request_error")
+    for agent, field in (
+        ("", "agent.id"),
+        ({"type": "agent", "id": "a", "version": False}, "agent.object.version"),
+        ({"type": "agent", "id": "a", "version": 2**64}, "agent.object.version"),
+    ):
+        body = {"agent": agent, "environment_id": "e", "resources": []}
+        expect_error(agent_client.post("/sessions", json=body), 400, field=field)
+    pinned = {
+        "agent": {"type": "agent", "id": "agent_1", "version": 3},
+        "environment_id": "e",
+        "resources": [],
+    }
+    assert ok(agent_client.post("/sessions", json=pinned))["agent"] == {
+        "type": "agent",
+        "id": "agent_1",
+        "version": 3,
+    }
 
 
 def test_the_sessions_beta_is_required(anthropic_http: httpx.Client) -> None:
