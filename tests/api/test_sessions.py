@@ -34,7 +34,7 @@ class SessionContract(abc.ABC):
         with SessionActor(server, self.dialect) as raw:
             yield raw
 
-    def new_store(self, client: Client, name: str = "", description: str = "") -> Store:
+    def new_store(self, client: Client, name: str = "", description: str = "made by tests") -> Store:
         return client.create_store(name or f"session-{uuid.uuid4().hex[:8]}", description=description)
 
     def test_a_session_reads_back_its_stores_in_order(self, client: Client, raw: SessionActor) -> None:
@@ -140,7 +140,12 @@ def test_created_before_is_exact_to_the_microsecond(
         {"op": "create" if n == 0 else "update", "content": str(n), "at": f"2026-03-01T10:00:00.00{n}Z"}
         for n in range(3)
     ]
-    store = {"dialect": dialect.value, "name": "timed", "memories": [{"path": path, "history": history}]}
+    store = {
+        "dialect": dialect.value,
+        "name": "timed",
+        "description": "at chosen times",
+        "memories": [{"path": path, "history": history}],
+    }
     seed = tmp_path / "seed.json"
     seed.write_text(json.dumps({"stores": [store]}), encoding="utf-8")
     seeded = server_factory("--seed", str(seed))

@@ -84,7 +84,7 @@ def test_anthropic_sessions(claude: anthropic.Anthropic) -> None:
 def test_cloud_sessions(managed: Managed) -> None:
     stores = managed.memory_stores
     first = stores.create(name=unique("cloud"), description="the first")
-    second = stores.create(name=unique("cloud"))
+    second = stores.create(name=unique("cloud"), description="the second")
     assert first.id is not None and second.id is not None
     resources: Any = [
         {"type": "memory_store", "memory_store_id": first.id, "instructions": "Read me."},
@@ -100,7 +100,7 @@ def test_cloud_sessions(managed: Managed) -> None:
     ]
     assert [(r.name, r.description, r.mount_path) for r in session.resources] == [
         (first.name, "the first", None),
-        (second.name, "", None),
+        (second.name, "the second", None),
     ]
     assert same(managed.sessions.retrieve(session.id), session)
 

@@ -296,8 +296,8 @@ SEEDED = {
             ],
             "archived_at": "2026-06-01T00:00:00Z",
         },
-        {"dialect": "cloud", "name": "flat"},
-        {"dialect": "cloud", "name": "placed"},
+        {"dialect": "cloud", "name": "flat", "description": "attached flat"},
+        {"dialect": "cloud", "name": "placed", "description": "attached at a given mount path"},
     ],
     "sessions": [
         {
