@@ -32,6 +32,8 @@ from memsync.errors import ConfigError, RuleViolation
 from memsync.rules import Dialect, parse_duration
 
 CONFIG_FILE_NAME = "memsync.toml"
+# Where the token is read from when the config names neither api.token_env nor api.token_file.
+DEFAULT_TOKEN_ENV = "MEMSYNC_TOKEN"
 
 
 def _duration(value: object) -> float:
@@ -85,11 +87,19 @@ class ApiConfig(_Section):
     def _expand_bundle(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
-    @model_validator(mode="after")
-    def _one_token_source(self) -> ApiConfig:
-        if (self.token_env is None) == (self.token_file is None):
-            raise ValueError("set exactly one of token_env (an environment variable name) or token_file")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _one_token_source(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("token_env") is not None and data.get("token_file") is not None:
+            raise ValueError(
+                "set token_env (an environment variable name) or token_file, not both: memsync would"
+                " not know which token to send"
+            )
+        if data.get("token_env") is None and data.get("token_file") is None:
+            return {**data, "token_env": DEFAULT_TOKEN_ENV}
+        return data
 
 
 class MirrorConfig(_Section):
@@ -291,14 +301,20 @@ class Config(_Section):
             return self
         return self.model_copy(update={"fleet": self.fleet.model_copy(update={"concurrency": concurrency})})
 
+    def token_source(self) -> str:
+        """Where :meth:`token` reads the token: what a message may name (never the token)."""
+        if self.api.token_env is not None:
+            return f"the environment variable {self.api.token_env}"
+        return f"api.token_file {self.api.token_file}"
+
     def token(self) -> str:
-        """The API token, from ``token_env`` or ``token_file``."""
+        """The API token, from ``token_env`` (``MEMSYNC_TOKEN`` unless set) or ``token_file``."""
         if self.api.token_env is not None:
             value = os.environ.get(self.api.token_env, "")
             if not value.strip():
                 raise ConfigError(
                     f"api.token_env: the environment variable {self.api.token_env} is not set or empty;"
-                    " export it with your API token"
+                    " export it with your API token (or set api.token_file to a file holding it)"
                 )
             return value.strip()
         assert self.api.token_file is not None
