@@ -183,6 +183,13 @@ def _emit(document: Any, reports: Sequence[Any], as_json: bool, describe: Any) -
         click.echo(describe(report.to_json()))
 
 
+def _say_if_nothing_listed(config: Any, selection: Any) -> None:
+    """On stderr: a run that found no store at all says where it looked, rather than nothing."""
+    note = selection.nothing_listed(config)
+    if note is not None:
+        click.echo(f"memsync: warning: {note}", err=True)
+
+
 def _print_json(document: Any) -> None:
     """One JSON object: a model of memsync.sync.outputs, serialised as its schema says."""
     import json
@@ -204,7 +211,9 @@ def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
     config, shard_source = _sharded_config(ctx, shard)
     in_force = config.fleet.shard
     with client_for(config) as client:
-        selected = {store.id for store in select_stores(client, config).stores}
+        selection = select_stores(client, config)
+        _say_if_nothing_listed(config, selection)
+        selected = {store.id for store in selection.stores}
         listed = list(client.list_stores(include_archived=True))
     from memsync.sync.outputs import StoreRow, StoresListDocument
 
@@ -283,6 +292,7 @@ def pull(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             reports: list[PullReport] = for_each_store(
                 client,
@@ -491,6 +501,7 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
     codes: list[int] = []
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         for store in selection.stores:
             if dry_run:
                 predicted = predict_push(
@@ -526,6 +537,7 @@ def sync(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             done: list[CycleReport] = for_each_store(
                 client,
@@ -869,6 +881,7 @@ def verify(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             reports = for_each_store(
                 client,

@@ -1,0 +1,82 @@
+"""A newcomer's first runs, as the README leads them: the token's default variable, an API that lists
+no store, a server that does not answer, and the demo run from inside a git checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memsync.api import open_client
+from memsync.rules import Dialect
+from tests.support.server import ServerProcess
+
+
+def memsync(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memsync", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def lone_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of its own, holding one Forward store and nothing else."""
+    with ServerProcess(db=tmp_path / "server.sqlite3", in_process=True) as server:
+        with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+            store = client.create_store("notes", idempotency_key=str(uuid.uuid4()))
+            client.create_memory(store.id, "a.md", "hello\n")
+        yield server
+
+
+def config_for(folder: Path, base_url: str, dialect: str) -> Path:
+    """The README's config: no token_env, no token_file (MEMSYNC_TOKEN is the default)."""
+    config = folder / f"{dialect}.toml"
+    config.write_text(
+        f'[api]\ndialect = "{dialect}"\nbase_url = "{base_url}"\n[mirror]\nroot = "mirrors-{dialect}"\n'
+    )
+    return config
+
+
+def test_an_api_that_lists_no_store_is_named_with_its_dialect_and_token_source(
+    lone_server: ServerProcess, tmp_path: Path
+) -> None:
+    token = {"MEMSYNC_TOKEN": lone_server.token}
+    wrong = config_for(tmp_path, lone_server.base_url, "cloud")
+    for command in (["stores"], ["pull"], ["stores", "--json"], ["pull", "--json"]):
+        done = memsync("--config", str(wrong), *command, env=token)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("lists no store") == 1, done.stderr
+        assert f"{lone_server.base_url}/api/v1/cloud" in done.stderr
+        assert "'cloud' dialect" in done.stderr and "environment variable MEMSYNC_TOKEN" in done.stderr
+        assert "api.dialect" in done.stderr
+        assert lone_server.token not in done.stderr
+        if "--json" in command:
+            assert json.loads(done.stdout) == {"stores": []}
+    # The right dialect lists the store, and no note is printed.
+    right = config_for(tmp_path, lone_server.base_url, "forward")
+    listed = memsync("--config", str(right), "stores", env=token)
+    assert listed.returncode == 0 and "notes" in listed.stdout
+    assert "lists no store" not in listed.stderr
+    # Without MEMSYNC_TOKEN the default source is named.
+    bare = {k: v for k, v in os.environ.items() if k != "MEMSYNC_TOKEN"}
+    missing = subprocess.run(
+        [sys.executable, "-m", "memsync", "--config", str(right), "stores"],
+        capture_output=True,
+        text=True,
+        env=bare,
+        timeout=120,
+    )
+    assert missing.returncode == 2 and "MEMSYNC_TOKEN is not set" in missing.stderr
