@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from memsync.api import open_client
 from memsync.rules import Dialect
+from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
 
@@ -80,3 +83,38 @@ def test_an_api_that_lists_no_store_is_named_with_its_dialect_and_token_source(
         timeout=120,
     )
     assert missing.returncode == 2 and "MEMSYNC_TOKEN is not set" in missing.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_server_that_does_not_answer_is_said_at_once_off_a_terminal(tmp_path: Path, as_json: bool) -> None:
+    # stderr is a pipe here, as under cron, CI or an agent: the first failed attempt is said while
+    # memsync still tries (about 15 s of backoff follow), with the URL and how long it keeps trying.
+    url = f"http://127.0.0.1:{free_port()}"
+    config = config_for(tmp_path, url, "forward")
+    secret = f"tok-{uuid.uuid4().hex}"
+    args = [sys.executable, "-m", "memsync", "--config", str(config), "pull", *(["--json"] if as_json else [])]
+    process = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MEMSYNC_TOKEN": secret},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        first = lines.get(timeout=60)
+        still_trying = process.poll() is None
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    assert first.startswith(f"memsync: cannot reach {url}/api/v1/forward ("), first
+    assert "tries again up to 5 more time(s) for up to 16s" in first, first
+    assert still_trying, "the note came only when memsync gave up"
+    assert secret not in first

@@ -1105,18 +1105,31 @@ def schema(name: str | None, folder: Path | None) -> None:
 
 
 class _RetryNotes(logging.Filter):
-    """Lets through only the API client's notes of a retry: on a terminal they are the progress of a
-    run that waits for a server (up to a minute of backoff), which would otherwise look hung."""
+    """Lets through the API client's note of a call's first failed attempt (once per text: stores
+    worked on at once fail alike), and, on a terminal, its notes of each retry: the progress of a run
+    that waits for a server (up to a minute of backoff), which would otherwise look hung."""
+
+    def __init__(self, every_retry: bool) -> None:
+        super().__init__()
+        self.every_retry = every_retry
+        self.said: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage().startswith("retrying ")
+        message = record.getMessage()
+        if getattr(record, "first_failure", False):
+            fresh = message not in self.said
+            self.said.add(message)
+            return fresh
+        return self.every_retry and message.startswith("retrying ")
 
 
-def _show_retries() -> None:
+def _show_retries(every_retry: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("memsync: %(message)s"))
-    handler.addFilter(_RetryNotes())
+    handler.addFilter(_RetryNotes(every_retry))
     api_log = logging.getLogger("memsync.api")
+    for old in [h for h in api_log.handlers if any(isinstance(f, _RetryNotes) for f in h.filters)]:
+        api_log.removeHandler(old)  # main() run again in one process (tests) prints each note once
     api_log.addHandler(handler)
     if api_log.getEffectiveLevel() > logging.INFO:
         api_log.setLevel(logging.INFO)
@@ -1135,8 +1148,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
-    if not as_json and sys.stderr.isatty():
-        _show_retries()
+    _show_retries(every_retry=not as_json and sys.stderr.isatty())
     message: str | None = None
     try:
         args, config = _hoist_config(args)
