@@ -691,6 +691,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _describe_status(report: dict[str, Any]) -> str:
+    import shlex
+
     from memsync.mirror import escape_for_terminal as esc
 
     head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
@@ -734,8 +736,17 @@ def _describe_status(report: dict[str, Any]) -> str:
     for item in report["pending"]:
         moved = f" -> {esc(item['to'])}" if "to" in item else ""
         lines.append(f"  to push: {item['action']} {esc(item['path'])}{moved}")
+    where = shlex.quote(report["path"])
+    if report["pending"] or report["rejected"] or report["withheld"]:
+        lines.append(
+            f"  to discard your local changes, new files too: cd {where} && git reset --hard"
+            " memstore/main && git clean -fd"
+        )
     for ref in report["kept_commits"]:
-        lines.append(f"  kept local commits: {ref}")
+        lines.append(
+            f"  kept local commits: {ref} (not all in the store; drop them: git -C {where} update-ref"
+            f" -d {ref})"
+        )
     if report["error"]:
         lines.append(f"  error: {esc(report['error'])}")
     return "\n".join(lines)
