@@ -791,8 +791,12 @@ def resolve(
         [done.output()],
         as_json,
         lambda r: (
-            f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; the next memsync push or sync"
-            " sends it"
+            f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; "
+            + (
+                "the next memsync push or sync sends it"
+                if done.sends
+                else "the file holds what the store has, so nothing is left to send"
+            )
         ),
     )
 

@@ -230,3 +230,37 @@ def test_kept_local_commits_leave_status_once_the_store_has_them(
     subprocess.run(drop, shell=True, check=True, capture_output=True)
     (mirror,) = stores_of(memsync("status", "--json", config=config, token=server.token))
     assert mirror["kept_commits"] == []
+
+
+def _conflict_at(config: Path, store_id: str, repo: Path, token: str, path: str, url: str) -> None:
+    """An edit of ``path`` on each side, on the same line: the sync records a conflict."""
+    (repo / path).write_text(f"{path} here\n")
+    with open_client(Dialect.FORWARD, url, token) as client:
+        memory = client.find_memory(store_id, path)
+        assert memory is not None
+        client.update_memory(store_id, memory.id, f"{path} there\n", expected_sha256=memory.content_sha256)
+    done = memsync("sync", "--json", config=config, token=token)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert path in [c["path"] for c in stores_of(done)[0]["conflicts"]]
+
+
+def test_resolve_says_whether_anything_is_left_to_send(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, store_id, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    _conflict_at(config, store_id, repo, server.token, "m0.md", server.base_url)
+    _conflict_at(config, store_id, repo, server.token, "m1.md", server.base_url)
+
+    theirs = memsync("resolve", "m0.md", "--theirs", config=config, token=server.token, cwd=repo)
+    assert theirs.returncode == 0, theirs.stderr
+    assert "with the store's content" in theirs.stdout and "nothing is left to send" in theirs.stdout
+    assert "sends it" not in theirs.stdout
+    ours = memsync("resolve", "m1.md", "--ours", config=config, token=server.token, cwd=repo)
+    assert ours.returncode == 0, ours.stderr
+    assert "the next memsync push or sync sends it" in ours.stdout
+
+    synced = memsync("sync", "--json", config=config, token=server.token)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    (entry,) = stores_of(synced)
+    assert [p["path"] for p in entry["push"]["pushed"]] == ["m1.md"]  # m0.md had nothing to send
