@@ -565,13 +565,18 @@ def _describe_cycle(report: dict[str, Any]) -> str:
     if report["deleted_remotely"]:
         return _not_listed_lines(head, report)
     push = report["push"] or {}
-    parts = [f"imported {report['imported']} version(s)", f"pushed {report['pushed']} change(s)"]
+    parts = [f"imported {report['imported']} version(s)", f"pushed {len(report['pushed'])} change(s)"]
     if push.get("checkout"):
         parts.append(f"{len(push['checkout'])} checkout file(s) written")
     lines = [f"{head}: {', '.join(parts)} -> {report['path']}"]
-    for item in push.get("pushed", []):
-        moved = f" -> {esc(item['to'])}" if "to" in item else ""
-        lines.append(f"  pushed: {item['action']} {esc(item['path'])}{moved}")
+
+    def spelled(path: str, memory_path: str) -> str:
+        """The file, and the memory it stands for where the spelling differs."""
+        return esc(path) + ("" if path == memory_path else f" (memory {esc(memory_path)})")
+
+    for item in report["pushed"]:
+        moved = f" -> {spelled(item['to'], item['to_memory_path'])}" if "to" in item else ""
+        lines.append(f"  pushed: {item['action']} {spelled(item['path'], item['memory_path'])}{moved}")
     for item in push.get("notices", []):
         lines.append(f"  note: {esc(item['path'])}: {esc(item['reason'])}")
     for item in push.get("conflicts", []):

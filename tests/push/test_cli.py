@@ -264,3 +264,33 @@ def test_resolve_says_whether_anything_is_left_to_send(
     assert synced.returncode == 0, synced.stdout + synced.stderr
     (entry,) = stores_of(synced)
     assert [p["path"] for p in entry["push"]["pushed"]] == ["m1.md"]  # m0.md had nothing to send
+
+
+def test_push_and_sync_name_the_memory_path_beside_its_spelling(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, store_id, repo = setup
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        client.create_memory(store_id, "a:b.md", "one\n")
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    (repo / "a%3Ab.md").write_text("two\n")
+    (repo / "m0.md").write_text("zero\n")
+    pushed = memsync("push", "--json", config=config, token=server.token)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    (entry,) = stores_of(pushed)
+    expected = [
+        {"path": "a%3Ab.md", "memory_path": "a:b.md", "action": "update"},
+        {"path": "m0.md", "memory_path": "m0.md", "action": "update"},
+    ]
+    assert sorted(entry["pushed"], key=lambda e: e["path"]) == expected
+    assert sorted(entry["push"]["pushed"], key=lambda e: e["path"]) == expected
+
+    (repo / "a%3Ab.md").write_text("three\n")
+    (repo / "%63on.md").write_text("new\n")
+    text = memsync("sync", config=config, token=server.token)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "pushed 2 change(s)" in text.stdout
+    assert "pushed: update a%3Ab.md (memory a:b.md)" in text.stdout
+    assert "pushed: create %63on.md (memory con.md)" in text.stdout
+    (entry,) = stores_of(memsync("sync", "--json", config=config, token=server.token))
+    assert entry["pushed"] == [] and entry["push"]["pushed"] == []
