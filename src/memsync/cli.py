@@ -1155,6 +1155,31 @@ def _show_retries(every_retry: bool) -> None:
         api_log.setLevel(logging.INFO)
 
 
+class _ConfigWarnings(logging.Filter):
+    """Each warning about the configuration once per run (the token is read by each client)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        fresh = message not in self.said
+        self.said.add(message)
+        return fresh
+
+
+def _show_config_warnings() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("memsync: warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_ConfigWarnings())
+    config_log = logging.getLogger("memsync.config")
+    for old in [h for h in config_log.handlers if any(isinstance(f, _ConfigWarnings) for f in h.filters)]:
+        config_log.removeHandler(old)
+    config_log.addHandler(handler)
+
+
 def _wants_json(args: list[str]) -> bool:
     return "--json" in (args[: args.index("--")] if "--" in args else args)
 
@@ -1169,6 +1194,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
     _show_retries(every_retry=not as_json and sys.stderr.isatty())
+    _show_config_warnings()
     message: str | None = None
     try:
         args, config = _hoist_config(args)

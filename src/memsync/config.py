@@ -7,11 +7,14 @@ Errors name the key and the fix; the token itself never appears in one.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import ipaddress
+import logging
 import os
 import stat
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,8 @@ from pydantic import (
 
 from memsync.errors import ConfigError, RuleViolation
 from memsync.rules import Dialect, parse_duration
+
+log = logging.getLogger("memsync.config")
 
 CONFIG_FILE_NAME = "memsync.toml"
 # Where the token is read from when the config names neither api.token_env nor api.token_file.
@@ -344,11 +349,45 @@ def read_token_file(path: Path, mirror_root: Path) -> str:
                 " keep it private; move it there (e.g. the platform's config folder)"
             )
     elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
+        if keeps_modes(resolved.parent) is not False:
+            raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
+        # exFAT, FAT, ntfs-3g without "permissions": every file shows the mount's mode and chmod
+        # changes nothing, so refusing would leave the token unusable there; who may read it is
+        # decided by the mount options (docs/platforms.md).
+        log.warning(
+            "api.token_file: %s is on a filesystem that keeps no permissions (every file there shows"
+            " mode %o, whatever chmod says), so other users of this machine may read the token: keep"
+            " it on a drive that keeps them, or mount this one with uid=<your uid> and umask=077"
+            " (docs/platforms.md)",
+            path,
+            stat.S_IMODE(info.st_mode),
+        )
     value = resolved.read_text(encoding="utf-8").strip()
     if not value:
         raise ConfigError(f"api.token_file: {path} is empty; put your API token in it")
     return value
+
+
+def keeps_modes(folder: Path) -> bool | None:
+    """Whether a mode set on a file in ``folder`` is the mode it then has: False on a filesystem that
+    keeps no mode bits (exFAT, FAT, some NTFS and network mounts), None when no file can be made
+    there to find out."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".memsync-mode-probe-", dir=folder)
+    except OSError:
+        return None
+    try:
+        os.close(handle)
+        os.chmod(name, 0o600)
+        first = stat.S_IMODE(os.stat(name).st_mode)
+        os.chmod(name, 0o640)
+        second = stat.S_IMODE(os.stat(name).st_mode)
+        return (first, second) == (0o600, 0o640)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def default_config_path() -> Path:
