@@ -118,3 +118,26 @@ def test_a_server_that_does_not_answer_is_said_at_once_off_a_terminal(tmp_path: 
     assert "tries again up to 5 more time(s) for up to 16s" in first, first
     assert still_trying, "the note came only when memsync gave up"
     assert secret not in first
+
+
+def test_the_demo_run_from_a_git_checkout_leaves_nothing_in_it(tmp_path: Path) -> None:
+    # As from the project's own clone: the demo's files go to memsync's data folder, not the cwd.
+    checkout = tmp_path / "clone"
+    checkout.mkdir()
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    data = tmp_path / "data"
+    env = {"XDG_DATA_HOME": str(data)}
+    done = memsync("demo", env=env, cwd=checkout)
+    assert done.returncode == 0, done.stderr
+    status = subprocess.run(
+        ["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert status.stdout == "" and list(checkout.iterdir()) == [checkout / ".git"]
+    demo = data / "memsync" / "demo"
+    (mirror,) = (demo / "mirrors").glob("memstore_*")
+    assert str(mirror) in done.stdout and f"MEMSYNC_CONFIG={demo / 'memsync.toml'}" in done.stdout
+    again = memsync("demo", env=env, cwd=checkout)
+    assert again.returncode == 2 and str(demo) in again.stderr and "--dir" in again.stderr

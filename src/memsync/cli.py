@@ -415,13 +415,13 @@ def _progress(*, enabled: bool, total: int | None = None) -> Any:
 @click.option(
     "--dir",
     "directory",
-    default="memsync-demo",
-    show_default=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for the demo (must be new or empty).",
+    help="Folder for the demo (must be new or empty); default: demo in memsync's data folder"
+    " (~/.local/share/memsync/demo on Linux).",
 )
 @click.pass_context
-def demo(ctx: click.Context, directory: Path) -> None:
+def demo(ctx: click.Context, directory: Path | None) -> None:
     """Start the embedded server with a sample store, pull it into git, and show the history."""
     from memsync.demo import run_demo
 
