@@ -92,7 +92,8 @@ def test_a_server_that_does_not_answer_is_said_at_once_off_a_terminal(tmp_path: 
     url = f"http://127.0.0.1:{free_port()}"
     config = config_for(tmp_path, url, "forward")
     secret = f"tok-{uuid.uuid4().hex}"
-    args = [sys.executable, "-m", "memsync", "--config", str(config), "pull", *(["--json"] if as_json else [])]
+    flags = ["--json"] if as_json else []
+    args = [sys.executable, "-m", "memsync", "--config", str(config), "pull", *flags]
     process = subprocess.Popen(
         args,
         stdout=subprocess.PIPE,

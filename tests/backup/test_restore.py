@@ -201,7 +201,9 @@ def test_a_dry_run_into_a_store_that_does_not_exist_prints_its_error_and_no_plan
         assert "would restore" not in text.stdout and "restored" not in text.stdout
         assert "0 create" not in text.stdout and "history" not in text.stdout
         assert text.stdout.startswith(f"cannot restore {mirror} into memstore_nosuchstore\n")
-        found = entry(restore(config, server.token, str(mirror), "--into-store", "memstore_nosuchstore", *flags))
+        found = entry(
+            restore(config, server.token, str(mirror), "--into-store", "memstore_nosuchstore", *flags)
+        )
         assert found["planned"] == {} and found["warnings"] == []
 
 
