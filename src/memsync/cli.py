@@ -1151,7 +1151,7 @@ def _show_retries(every_retry: bool) -> None:
     for old in [h for h in api_log.handlers if any(isinstance(f, _RetryNotes) for f in h.filters)]:
         api_log.removeHandler(old)  # main() run again in one process (tests) prints each note once
     api_log.addHandler(handler)
-    if api_log.getEffectiveLevel() > logging.INFO:
+    if every_retry and api_log.getEffectiveLevel() > logging.INFO:
         api_log.setLevel(logging.INFO)
 
 

@@ -263,14 +263,15 @@ class Transport:
     def _note_first_failure(self, failure: Failure) -> None:
         """Said at once, not after the minute of backoff a stopped server costs: where the call was
         going, what went wrong, and how long memsync keeps trying. A 429 is left out: it is the
-        server pacing a busy client, not a fault. ``first_failure`` marks the record for the CLI,
-        which shows these notes even where stderr is no terminal."""
+        server pacing a busy client, not a fault. A warning, so that it passes loggers left at their
+        default level; ``first_failure`` marks the record for the CLI, which shows these notes even
+        where stderr is no terminal."""
         where = display_url(self.base_url)
         if self.route.proxy is not None:
             where += f" {self.route}"
         policy = self.retry
         what = "cannot reach" if isinstance(failure, TransportError) else "an error answer from"
-        log.info(
+        log.warning(
             "%s %s (%s); memsync tries again up to %d more time(s) for up to %.0fs",
             what,
             where,
