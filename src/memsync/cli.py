@@ -1156,7 +1156,7 @@ def _show_retries(every_retry: bool) -> None:
 
 
 class _ConfigWarnings(logging.Filter):
-    """Each warning about the configuration once per run (the token is read by each client)."""
+    """Each warning about the configuration once per run (a run may read the token more than once)."""
 
     def __init__(self) -> None:
         super().__init__()

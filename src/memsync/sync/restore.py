@@ -407,8 +407,9 @@ def describe(report: dict[str, Any]) -> str:
     counts = ", ".join(
         f"{planned.get(k, 0)} {k}" for k in ("create", "update", "rename", "delete", "unchanged")
     )
-    lines = [f"{verb} {report['source']} at {report['commit'][:12] or '?'} into {target}: {counts}"]
-    if not planned:  # stopped before a plan (no such store or commit): no counts to show
+    if planned:
+        lines = [f"{verb} {report['source']} at {report['commit'][:12] or '?'} into {target}: {counts}"]
+    else:  # stopped before a plan (no such store or commit): no counts to show
         lines = [f"cannot restore {report['source']} into {target}"]
     if report["dry_run"]:
         for write in report["writes"]:
