@@ -142,3 +142,20 @@ def test_the_demo_run_from_a_git_checkout_leaves_nothing_in_it(tmp_path: Path) -
     assert str(mirror) in done.stdout and f"MEMSYNC_CONFIG={demo / 'memsync.toml'}" in done.stdout
     again = memsync("demo", env=env, cwd=checkout)
     assert again.returncode == 2 and str(demo) in again.stderr and "--dir" in again.stderr
+
+
+def test_the_daemon_logs_the_first_failed_attempt_in_its_own_format(tmp_path: Path) -> None:
+    # The daemon owns its log (JSON lines here): the note comes as one of its records, not as a
+    # second, plain line beside it.
+    url = f"http://127.0.0.1:{free_port()}"
+    config = config_for(tmp_path, url, "forward")
+    config.write_text(config.read_text() + '[log]\nformat = "json"\n')
+    secret = f"tok-{uuid.uuid4().hex}"
+    done = memsync("--config", str(config), "daemon", "--once", env={"MEMSYNC_TOKEN": secret})
+    assert done.returncode != 0
+    *logged, last = done.stderr.splitlines()
+    assert last.startswith("memsync: error: cannot reach")  # the command's own last word
+    records = [json.loads(line) for line in logged]
+    notes = [r for r in records if r["logger"] == "memsync.api" and "tries again" in r["message"]]
+    assert len(notes) == 1 and notes[0]["level"] == "warning" and url in notes[0]["message"]
+    assert secret not in done.stderr

@@ -457,6 +457,7 @@ def daemon(
 
     if as_json and not once:
         raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
+    _leave_logs_to_the_daemon()
     config, _ = _sharded_config(ctx, shard, jobs)
     if once:
         from memsync.sync.outputs import CycleDocument
@@ -1148,8 +1149,7 @@ def _show_retries(every_retry: bool) -> None:
     handler.setFormatter(logging.Formatter("memsync: %(message)s"))
     handler.addFilter(_RetryNotes(every_retry))
     api_log = logging.getLogger("memsync.api")
-    for old in [h for h in api_log.handlers if any(isinstance(f, _RetryNotes) for f in h.filters)]:
-        api_log.removeHandler(old)  # main() run again in one process (tests) prints each note once
+    _drop_handlers(api_log, _RetryNotes)  # main() run again in one process (tests) says each note once
     api_log.addHandler(handler)
     if every_retry and api_log.getEffectiveLevel() > logging.INFO:
         api_log.setLevel(logging.INFO)
@@ -1175,9 +1175,22 @@ def _show_config_warnings() -> None:
     handler.setLevel(logging.WARNING)
     handler.addFilter(_ConfigWarnings())
     config_log = logging.getLogger("memsync.config")
-    for old in [h for h in config_log.handlers if any(isinstance(f, _ConfigWarnings) for f in h.filters)]:
-        config_log.removeHandler(old)
+    _drop_handlers(config_log, _ConfigWarnings)
     config_log.addHandler(handler)
+
+
+def _drop_handlers(logger: logging.Logger, kind: type[logging.Filter]) -> None:
+    for old in [h for h in logger.handlers if any(isinstance(f, kind) for f in h.filters)]:
+        logger.removeHandler(old)
+
+
+def _leave_logs_to_the_daemon() -> None:
+    """The daemon logs every record itself, in its format (JSON lines, perhaps): the notes the command
+    line prints would say them twice, once in another format."""
+    _drop_handlers(logging.getLogger("memsync.config"), _ConfigWarnings)
+    api_log = logging.getLogger("memsync.api")
+    _drop_handlers(api_log, _RetryNotes)
+    api_log.setLevel(logging.NOTSET)
 
 
 def _wants_json(args: list[str]) -> bool:
