@@ -10,8 +10,11 @@ The mounts and what they need: tests/support/filesystems.py.
 
 from __future__ import annotations
 
+import os
 import queue
 import stat
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +132,65 @@ def test_a_root_on_a_filesystem_without_modes_is_not_warned_about(mount: Path) -
     assert stat.S_IMODE(root.stat().st_mode) & 0o077  # exposed, by the look of its modes
     assert exposure(root, group_readable=False) is None
     assert sorted(p.name for p in root.iterdir()) == []  # the probe left nothing behind
+
+
+def test_a_token_file_on_it_is_warned_about_not_refused(
+    mount: Path, server: ServerProcess, tmp_path: Path
+) -> None:
+    # chmod 600 cannot work where modes are not kept: refusing the token would leave no way to use
+    # it there. The run goes on and says who may read it and which mount options fix that.
+    folder = mount / f"token-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    token = folder / "token"
+    token.write_text(server.token + "\n")
+    token.chmod(0o600)
+    assert stat.S_IMODE(token.stat().st_mode) & 0o077  # the chmod did not hold
+    config = tmp_path / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
+        f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"memsync: warning: api.token_file: {token} is on a filesystem that keeps no" in done.stderr
+    assert "umask=077" in done.stderr and "uid=" in done.stderr and "chmod 600" not in done.stderr
+    assert done.stderr.count("keeps no permissions") == 1
+    assert server.token not in done.stderr + done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["token"]  # the probe left nothing behind
+
+
+@pytest.mark.parametrize("kind", sorted(FILESYSTEMS))
+def test_the_mount_options_docs_give_keep_it_private(
+    kind: str, server: ServerProcess, tmp_path: Path
+) -> None:
+    # docs/platforms.md: mounted with uid, gid and umask=077, what is written there is the user's
+    # alone, and a token file there is taken without a warning.
+    with mounted(kind, tmp_path, f"uid={os.getuid()},gid={os.getgid()},umask=077") as point:
+        token = point / "token"
+        token.write_text(server.token + "\n")
+        (point / "folder").mkdir()
+        for made in (token, point / "folder"):
+            assert stat.S_IMODE(made.stat().st_mode) & 0o077 == 0 and made.stat().st_uid == os.getuid()
+        config = tmp_path / "memsync.toml"
+        config.write_text(
+            f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
+            f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "keeps no permissions" not in done.stderr
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "platforms.md").read_text(encoding="utf-8")
+    assert "uid=$(id -u),gid=$(id -g),umask=077" in docs
 
 
 def test_the_watchdog_watcher_hears_a_save_on_it(mount: Path, client: Client) -> None:

@@ -46,9 +46,9 @@ def _why_not(tools: tuple[str, ...]) -> str | None:
 
 
 @contextlib.contextmanager
-def mounted(kind: str, folder: Path, size: int = 256 << 20) -> Iterator[Path]:
-    """A freshly formatted filesystem of ``kind`` in ``folder``, mounted over a loop device; unmounted
-    after. Skips the test when the machine cannot mount one."""
+def mounted(kind: str, folder: Path, options: str | None = None) -> Iterator[Path]:
+    """A freshly formatted filesystem of ``kind`` in ``folder``, mounted over a loop device (with the
+    mount ``options`` given, if any); unmounted after. Skips the test when the machine cannot mount one."""
     tools, make, mount_command = FILESYSTEMS[kind]
     why = _why_not(tools)
     if why is not None:
@@ -56,7 +56,7 @@ def mounted(kind: str, folder: Path, size: int = 256 << 20) -> Iterator[Path]:
     image, point = folder / "fs.img", folder / "mnt"
     point.mkdir()
     with open(image, "wb") as out:
-        out.truncate(size)
+        out.truncate(256 << 20)
     made = _run(*(part.format(image=image) for part in make))
     if made.returncode != 0:
         pytest.skip(f"{kind}: formatting failed: {made.stderr.strip()}")
@@ -64,8 +64,9 @@ def mounted(kind: str, folder: Path, size: int = 256 << 20) -> Iterator[Path]:
     if loop.returncode != 0:
         pytest.skip(f"{kind}: losetup failed: {loop.stderr.strip()}")
     device = loop.stdout.strip()
+    tool, *rest = (part.format(device=device, mount=point) for part in mount_command)
     try:
-        done = _run(*(part.format(device=device, mount=point) for part in mount_command))
+        done = _run(tool, *([] if options is None else ["-o", options]), *rest)
         if done.returncode != 0:
             pytest.skip(f"{kind}: mounting failed: {done.stderr.strip()}")
         try:
