@@ -29,9 +29,8 @@ from pydantic import (
 )
 
 from memsync.errors import ConfigError, RuleViolation
+from memsync.locations import default_config_path
 from memsync.rules import Dialect, parse_duration
-
-CONFIG_FILE_NAME = "memsync.toml"
 
 
 def _duration(value: object) -> float:
@@ -333,12 +332,6 @@ def read_token_file(path: Path, mirror_root: Path) -> str:
     if not value:
         raise ConfigError(f"api.token_file: {path} is empty; put your API token in it")
     return value
-
-
-def default_config_path() -> Path:
-    from platformdirs import user_config_path
-
-    return user_config_path("memsync") / CONFIG_FILE_NAME
 
 
 def load_config(path: str | Path | None = None) -> Config:
