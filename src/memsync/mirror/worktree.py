@@ -156,14 +156,8 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-_KINDS = {
-    stat.S_IFREG: "file",
-    stat.S_IFLNK: "symlink",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFCHR: "device",
-    stat.S_IFBLK: "device",
-}
+_KINDS = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"}
+_KINDS |= dict.fromkeys((stat.S_IFCHR, stat.S_IFBLK), "device")
 
 
 class _NotRegular(Exception):
