@@ -193,8 +193,11 @@ def _push(
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
         # ran. A fast-forward here took a checkout the user had staged exactly as pushed for the
-        # leftover of an interrupted checkout, and moved the base under the reconcile.
-        again = pull_store(client, store, root, locked=True, checkout=False, skip_versions=skip_versions)
+        # leftover of an interrupted checkout, and moved the base under the reconcile. Through the
+        # reconcile's own mirror (bound below): a second one would rebuild the path map it holds.
+        again = pull_store(
+            client, store, root, locked=True, checkout=False, skip_versions=skip_versions, mirror=mirror
+        )
         pull.imported += again.imported
         pull.requests += again.requests
         pull.skipped += again.skipped
