@@ -101,6 +101,7 @@ def run_cycle(
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
     skip_versions: frozenset[str] = frozenset(),
     pulled: PullReport | None = None,
+    withhold_over_limit: bool = False,
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
@@ -110,6 +111,10 @@ def run_cycle(
     pull the caller made moments ago (git's ``list for-push`` before a push): the cycle builds on
     it instead of listing the store again. Nothing is lost if the store moved since: every write
     carries its precondition, and a store that moved is a conflict, as in any cycle.
+
+    Creates that would pass the store's memory limit (Anthropic: 2,000) refuse the whole push before
+    any write (``memsync push``, a clone's push); ``withhold_over_limit`` (``sync``, the daemon)
+    withholds them instead, named in ``status``, while the other changes go.
     """
     try:
         with store_lock(root, store.id), _opened(root, store.id) as mirror:
@@ -136,6 +141,7 @@ def run_cycle(
                     force=force,
                     max_delete_share=max_delete_share,
                     skip_versions=skip_versions,
+                    withhold_over_limit=withhold_over_limit,
                     mirror=mirror,
                 )
     except LockHeld as exc:
@@ -188,6 +194,7 @@ def _push(
     force: bool,
     max_delete_share: float,
     skip_versions: frozenset[str],
+    withhold_over_limit: bool,
     mirror: Mirror | None,
 ) -> None:
     def import_new_versions() -> None:
@@ -226,6 +233,7 @@ def _push(
                 import_new_versions,
                 force=force,
                 max_delete_share=max_delete_share,
+                withhold_over_limit=withhold_over_limit,
             )
             pull.tip = mirror.tip()
     except MemsyncError as exc:
