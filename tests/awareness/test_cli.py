@@ -14,6 +14,9 @@ from memsync.sync.pull import store_lock
 from tests.awareness.conftest import Pair, git
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
+
 
 def memsync(config: Path, *args: str, token: str = "test-token") -> subprocess.CompletedProcess[str]:
     return subprocess.run(

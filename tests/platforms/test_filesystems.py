@@ -28,9 +28,11 @@ from memsync.mirror import decode_path
 from memsync.rules import Dialect
 from memsync.sync.permissions import exposure
 from tests.push.conftest import Side, git
+from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here mounts a real filesystem over a loop device.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 # Each kind: the tools it needs, how to format an image, how to mount a device.
 FILESYSTEMS = {
@@ -87,7 +89,7 @@ def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     tools, make, mount_command = FILESYSTEMS[request.param]
     why = _why_not(tools)
     if why is not None:
-        pytest.skip(f"{request.param}: {why}")
+        cannot_run_here(f"{request.param}: {why}")
     folder = tmp_path_factory.mktemp(request.param)
     image, point = folder / "fs.img", folder / "mnt"
     point.mkdir()
@@ -95,15 +97,15 @@ def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         out.truncate(256 << 20)
     made = _run(*(part.format(image=image) for part in make))
     if made.returncode != 0:
-        pytest.skip(f"{request.param}: formatting failed: {made.stderr.strip()}")
+        cannot_run_here(f"{request.param}: formatting failed: {made.stderr.strip()}")
     loop = _run("losetup", "-f", "--show", str(image))
     if loop.returncode != 0:
-        pytest.skip(f"{request.param}: losetup failed: {loop.stderr.strip()}")
+        cannot_run_here(f"{request.param}: losetup failed: {loop.stderr.strip()}")
     device = loop.stdout.strip()
     try:
         mounted = _run(*(part.format(device=device, mount=point) for part in mount_command))
         if mounted.returncode != 0:
-            pytest.skip(f"{request.param}: mounting failed: {mounted.stderr.strip()}")
+            cannot_run_here(f"{request.param}: mounting failed: {mounted.stderr.strip()}")
         try:
             yield point
         finally:
