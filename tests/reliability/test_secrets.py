@@ -72,10 +72,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, s
         pushed_stores: dict[str, str] = {}  # push and backup runs write: stores of their own
         for dialect in DIALECTS:
             with open_client(Dialect(dialect), server.base_url, token) as client:
-                store = client.create_store(f"leaks-{dialect}", request_id=f"leaks-{uuid.uuid4()}")
+                store = client.create_store(
+                    f"leaks-{dialect}", request_id=f"leaks-{uuid.uuid4()}", description="made by tests"
+                )
                 client.create_memory(store.id, "notes/a.md", "a memory\n")
                 stores[dialect] = store.id
-                store = client.create_store(f"leaks-cmd-{dialect}", request_id=f"leaks-{uuid.uuid4()}")
+                store = client.create_store(
+                    f"leaks-cmd-{dialect}", request_id=f"leaks-{uuid.uuid4()}", description="made by tests"
+                )
                 client.create_memory(store.id, "notes/a.md", "a memory\n")
                 pushed_stores[dialect] = store.id
                 subprocess.run(["git", "init", "-q", "--bare", str(served / f"{store.id}.git")], check=True)
@@ -151,7 +155,10 @@ def test_push_and_backup_leave_the_token_and_password_nowhere(
     (entry,) = run.finished.json()["stores"]
     mirror = run.directory / "mirrors" / entry["id"]
     if scenario == "push-success":
-        assert entry["pushed"] == 1 and (mirror / "notes" / "a.md").read_text() == "edited in push-success\n"
+        assert (
+            len(entry["pushed"]) == 1
+            and (mirror / "notes" / "a.md").read_text() == "edited in push-success\n"
+        )
     elif scenario == "backup-success":
         assert [r["ok"] for r in entry["remotes"]] == [True, True], entry
         assert_backup_matches(mirror, run.directory / "backups" / f"{entry['id']}.git")
