@@ -20,6 +20,9 @@ from memsync.rules import Dialect
 from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI, the demo or the daemon as a process.
+pytestmark = pytest.mark.e2e
+
 
 def memsync(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
