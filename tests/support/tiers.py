@@ -66,7 +66,7 @@ def crossing(
         target, signal_number = args[0], args[1]
         if signal_number != 0 and target != own_pid:
             return f"sends signal {signal_number} to process {target}"
-    elif event in ("os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec"):
+    elif event in ("os.fork", "os.forkpty"):  # multiprocessing; subprocess says subprocess.Popen
         return f"starts a process ({event})"
     return None
 
