@@ -32,12 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        # The fixtures a test uses, the closest definition of each name (pytest keeps no public view).
-        definitions = getattr(item, "_fixtureinfo", None)
-        used = (
-            [defs[-1].func for defs in definitions.name2fixturedefs.values() if defs] if definitions else []
-        )
-        if uses_end_to_end_fixture(used):
+        if uses_end_to_end_fixture(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
 
 

@@ -33,5 +33,4 @@ def cannot_run_here(why: str) -> NoReturn:
         pytest.fail(
             f"{why} (under CI as root this test must run: .ci/run installs what it needs)", pytrace=False
         )
-    # Reported at the test's own line, not this one (as a skip marker's is).
-    raise pytest.skip.Exception(why, _use_item_location=True)
+    pytest.skip(why)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 Fixture = TypeVar("Fixture", bound=Callable[..., Any])
 
-_MARK = "_memsync_end_to_end"
+# The names of the fixtures wrapped in end_to_end: pytest shows a test's fixtures by name
+# (``item.fixturenames``), and a fixture's name is its function's unless ``name=`` says otherwise.
+_END_TO_END_NAMES: set[str] = set()
 # Programs whose start is a process boundary of the kind the e2e tier holds. git, openssl and the
 # like are tools the inner loop may run (git is the oracle of the mirror's tests).
 _PROCESS_PROGRAMS = frozenset(
@@ -33,13 +35,15 @@ def end_to_end(fixture: Fixture) -> Fixture:
 
     Apply it under ``@pytest.fixture``, to a fixture that starts a process, signals one, straces or
     mounts: the tier then follows the fixture wherever it is used."""
-    setattr(fixture, _MARK, True)
+    _END_TO_END_NAMES.add(fixture.__name__)
     return fixture
 
 
-def uses_end_to_end_fixture(fixture_functions: Sequence[Callable[..., object]]) -> bool:
-    """Whether any of the fixture functions a test uses was wrapped in :func:`end_to_end`."""
-    return any(getattr(function, _MARK, False) for function in fixture_functions)
+def uses_end_to_end_fixture(fixture_names: Iterable[str]) -> bool:
+    """Whether any of the fixtures a test uses (by name, closure included) was wrapped in
+    :func:`end_to_end`. A fixture of the same name that is not wrapped counts too: the cost is a
+    test in the slower tier, never an end-to-end test in the inner loop."""
+    return not _END_TO_END_NAMES.isdisjoint(fixture_names)
 
 
 def _program(executable: object, args: object) -> str:
