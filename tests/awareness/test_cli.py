@@ -92,7 +92,12 @@ def test_awareness_json_text_and_strict(pair: Pair, tmp_path: Path) -> None:
     done = memsync(config, "awareness", pair.identity, pair.template, "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert set(document) == {"identity", "template", "path", "tip", "rebuilt", "mounts", "collisions"}
+    assert set(document) == {
+        *("kind", "identity", "template", "session", "path", "branch", "tip", "rebuilt", "mounts", "stores"),
+        *("layout", "collisions", "start", "at", "wrote", "warnings"),
+    }
+    assert document["kind"] == "forward" and document["session"] is None and document["wrote"] is None
+    assert [s["memory_store_id"] for s in document["stores"]] == [pair.default.id, clashing.id]
     view = Path(document["path"])
     assert view == tmp_path / "mirrors" / "awareness" / pair.identity / pair.template
     assert document["tip"] == git(view, "rev-parse", "main").strip() and document["rebuilt"] is False

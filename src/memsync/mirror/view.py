@@ -20,7 +20,7 @@ from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
-from memsync.mirror.gitbinary import require_git
+from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decode_path, quote_for_message
@@ -91,9 +91,11 @@ class ViewCommit:
 class View:
     """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
-    def __init__(self, git: GitStore) -> None:
+    def __init__(self, git: GitStore, branch: str = MAIN_REF, root: str | None = None) -> None:
         self.git = git
         self.path = git.path
+        self.branch = branch  # the view's history; ``root``: its first commit, the empty tree (shared views)
+        self.root = root
 
     @staticmethod
     def folder_name(value: str, what: str = "id") -> str:
@@ -173,7 +175,7 @@ class View:
         """The view at ``path``; with ``create``, made when absent (an empty folder is fine too)."""
         require_git()
         root = Path(path).absolute()
-        if not (root / ".git").is_dir():
+        if not (root / ".git").exists():  # a file in a linked worktree (open_shared)
             if not create:
                 raise MirrorError(f"{root} is not an awareness view (no .git); memsync awareness makes it")
             if root.exists() and (not root.is_dir() or any(root.iterdir())):
@@ -195,15 +197,49 @@ class View:
         view.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         return view
 
+    @classmethod
+    def open_shared(cls, repository: Path, path: Path, branch: str) -> View:
+        """The view on ``branch`` of the one bare ``repository`` every such view shares (made when absent),
+        checked out in a linked worktree at ``path``. Each branch starts at the same commit of the empty
+        tree (epoch, ``memsync``): what a pin names when nothing was visible yet."""
+        require_git()
+        with GitStore(repository, create=None if repository.is_dir() else "bare") as shared:
+            shared.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+            root = _empty_commit(shared)
+            if not (path / ".git").is_file():
+                if shared.ref_target(branch) is None:
+                    shared.set_ref_if_equals(branch, root, None)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                add = ["worktree", "add", "--quiet", str(path), branch.removeprefix("refs/heads/")]
+                run_git(repository, add, action=f"making the view's checkout at {path}")
+        return cls(GitStore(path, action=f"opening the awareness view at {path}"), branch, root)
+
+    def empty_commit(self) -> str:
+        """The commit of the empty tree (epoch, ``memsync``): the view before anything was visible."""
+        return self.root or _empty_commit(self.git)
+
+    def pin(self, pins: Mapping[str, str | None], prefix: str) -> None:
+        """Point each ref of ``pins`` at its commit (None: delete it); other refs under ``prefix`` go."""
+        for name in self.git.refs(prefix):
+            if name not in pins and (old := self.git.ref_target(name)) is not None:
+                self.git.delete_ref_if_equals(name, old)
+        for name, commit in pins.items():
+            old = self.git.ref_target(name)
+            if commit is None and old is not None:
+                self.git.delete_ref_if_equals(name, old)
+            elif commit is not None and old != commit:
+                self.git.set_ref_if_equals(name, commit, old, message="memsync: pinned")
+
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        return self.git.ref_target(MAIN_REF)
+        return self.git.ref_target(self.branch)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
         head = self.git.head()
-        if head.target is not None and head.branch != MAIN_REF:
-            return "HEAD is not on main: run `git checkout main` in the view"
+        if head.target is not None and head.branch != self.branch:
+            short = self.branch.removeprefix("refs/heads/")
+            return f"HEAD is not on {short}: run `git checkout {short}` in the view"
         return None
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
@@ -244,22 +280,27 @@ class View:
         return ViewWriter(self, rebuild=rebuild)
 
 
+def _empty_commit(git: GitStore) -> str:
+    epoch = pygit2.Signature("memsync", "memsync@memsync.invalid", 0, 0)
+    return git.create_commit(git.write_tree({}), [], epoch, "Nothing visible\n")
+
+
 class ViewWriter:
     """Writes view commits (``git fast-import``, a process per batch); nothing is visible before
     :meth:`finish` checks them out and moves ``main``, so an interrupted build leaves at most an
     unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned."""
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
-        self._git = view.git
+        self._git, self._branch = view.git, view.branch
         self._rebuild = rebuild
         self._expected = view.tip()
-        start = None if rebuild else self._expected
+        start = view.root if rebuild else self._expected
         self._tip = start  # the last commit of a finished batch
         self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
         self._changes = self._paths.listener = TreeChanges()
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
-        self.commits = 0
+        self.ids: list[str] = []  # of the commits written, in order (by the end of finish)
 
     def add(
         self, visible: Mapping[str, tuple[str, Callable[[str], bytes]] | None], commit: ViewCommit
@@ -290,7 +331,6 @@ class ViewWriter:
             message=commit.message(),
             changes=self._changes,
         )
-        self.commits += 1
         if stream.commits >= DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
 
@@ -316,9 +356,9 @@ class ViewWriter:
                             index.remove(path)
                     index.write()
             if tip is not None:
-                self._git.set_ref_if_equals(MAIN_REF, tip, expected, message="memsync: awareness view")
+                self._git.set_ref_if_equals(self._branch, tip, expected, message="memsync: awareness view")
             elif expected is not None:
-                self._git.delete_ref_if_equals(MAIN_REF, expected)
+                self._git.delete_ref_if_equals(self._branch, expected)
         if self._rebuild:
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
             self._git.drop_unreachable()
@@ -331,5 +371,6 @@ class ViewWriter:
         if stream is None:
             return
         ids = stream.finish()
+        self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
         if stream.commits:
             self._tip = ids[stream.commits]
