@@ -32,6 +32,7 @@ QODER_OPERATIONS = [
     ("get", VERSION),
     ("post", VERSION + "/redact"),
 ]
+SESSION_OPERATIONS = [("post", "/sessions"), ("get", "/sessions/{session_id}")]
 EXPECTED = (
     [(m, FORWARD + p) for m, p in QODER_OPERATIONS]
     + [
@@ -47,6 +48,7 @@ EXPECTED = (
         ("post", CLOUD + STORE + "/versions/{memory_version_id}/redact"),
     ]
     + [(m, "/v1" + p) for m, p in QODER_OPERATIONS]
+    + [(m, base + p) for base in (CLOUD, "/v1") for m, p in SESSION_OPERATIONS]
 )
 
 # Anthropic allows archiving an archived store and deleting an archived store: no conflict there.
@@ -60,6 +62,8 @@ CONFLICTING = {
     ("post", "/v1" + VERSION + "/redact"),
     ("post", FORWARD + MOUNTS),
     ("delete", FORWARD + MOUNTS + "/{memory_store_id}"),
+    ("post", CLOUD + "/sessions"),
+    ("post", "/v1/sessions"),
 }
 
 

@@ -31,6 +31,7 @@ from .parameters import (
     version_filters,
 )
 from .problems import InvalidRequest
+from .sessions import add_session_routes
 from .storage import Engine, MemoryRow, Page, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
 from .wire import (
     SHA256_HEX,
@@ -408,4 +409,5 @@ def build_router(engine: Engine) -> APIRouter:
         version = engine.redact_version(DIALECT, memory_store_id, memory_version_id, actor=actor_of(request))
         return JsonAnswer(render_version(version, full=True))
 
+    add_session_routes(router, engine, DIALECT, op)
     return router
