@@ -356,3 +356,58 @@ def test_views_of_forward_store_lists_and_at(tmp_path: Path, server: ServerProce
         report = refresh_stores(client, tmp_path / "mirrors", [b.id, a.id])
     assert (Path(report.path) / "same.md").read_text() == "from b\n"
     assert report.collisions[0].visible_from == b.id
+
+
+def test_config_takes_each_form_where_its_dialect_has_it() -> None:
+    from memsync.config import parse_config
+
+    def config(dialect: str, *views: dict[str, Any]) -> Any:
+        api = {"dialect": dialect, "base_url": "http://127.0.0.1:1", "token_env": "T"}
+        return parse_config({"api": api, "mirror": {"root": "/tmp/m"}, "awareness": list(views)})
+
+    assert [v.key for v in config("anthropic", {"session": "sesn_1"}, {"stores": ["a", "b"]}).awareness] == [
+        "sessions/sesn_1",
+        "stores/a,b",
+    ]
+    assert config("forward", {"identity": "i", "template": "t"}, {"stores": ["a"]}).awareness[0].key == "i/t"
+    refusals = [
+        ("cloud", {"identity": "i", "template": "t"}, "only the forward dialect"),
+        ("forward", {"session": "s"}, "anthropic or cloud"),
+        ("cloud", {"session": "s", "stores": ["a"]}, "exactly one"),
+        ("cloud", {"identity": "i"}, "exactly one"),
+        ("cloud", {"stores": []}, "each once"),
+        ("cloud", {"stores": ["a"]}, "same view twice"),
+    ]
+    for dialect, view, message in refusals:
+        views = [view, view] if message == "same view twice" else [view]
+        with pytest.raises(Exception, match=message):
+            config(dialect, *views)
+
+
+def test_the_daemon_keeps_a_session_view_the_api_forgot(
+    tmp_path: Path, server: ServerProcess, server_factory: Any
+) -> None:
+    with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
+        peer = Sessions(server, Dialect.ANTHROPIC, client)
+        with peer.http:
+            store = peer.store({"k.md": "kept\n"}, name="kept")
+            session_id = peer.session(store)
+
+    def daemon_once(base_url: str) -> subprocess.CompletedProcess[str]:
+        config = write_config(tmp_path, base_url, dialect="anthropic", include=["nothing-matches-this"])
+        with config.open("a") as table:
+            table.write(f'[[awareness]]\nsession = "{session_id}"\n')
+        return memsync(config, "daemon", "--once", token=server.token)
+
+    built = daemon_once(server.base_url)
+    assert built.returncode == 0, built.stderr
+    view = tmp_path / "mirrors" / "awareness" / "sessions" / session_id
+    assert (view / "kept" / "k.md").read_text() == "kept\n"
+    start = git(view, "rev-parse", f"refs/sessions/{session_id}/start").strip()
+
+    forgetful = server_factory()  # another server: it never heard of the session
+    kept = daemon_once(forgetful.base_url)
+    assert kept.returncode == 0, kept.stderr
+    assert f"does not know session {session_id}" in kept.stderr and "kept as last built" in kept.stderr
+    assert (view / "kept" / "k.md").read_text() == "kept\n"
+    assert git(view, "rev-parse", f"refs/sessions/{session_id}/start").strip() == start
