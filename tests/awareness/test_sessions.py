@@ -411,3 +411,51 @@ def test_the_daemon_keeps_a_session_view_the_api_forgot(
     assert f"does not know session {session_id}" in kept.stderr and "kept as last built" in kept.stderr
     assert (view / "kept" / "k.md").read_text() == "kept\n"
     assert git(view, "rev-parse", f"refs/sessions/{session_id}/start").strip() == start
+
+
+def test_at_before_a_history_retention_cut_is_not_exact(tmp_path: Path, server_factory: Any) -> None:
+    from tests.support.waiting import wait_for
+
+    server = server_factory("--version-retention", "2s")
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
+        memory = client.create_memory(store.id, "a.md", "a1\n")
+        created = next(iter(client.iter_versions(store.id))).created_at
+        client.update_memory(store.id, memory.id, "a2\n", expected_sha256=memory.content_sha256)
+        wait_for(lambda: len(list(client.iter_versions(store.id))) == 1, 30, "retention to expire a1")
+        config = write_config(tmp_path, server.base_url)
+        done = memsync(config, "awareness", "--stores", store.id, "--at", created.isoformat(), "--json")
+        assert done.returncode == 0, done.stderr
+        at = json.loads(done.stdout)["at"]
+        assert at["exact"] is False and store.id in at["reason"] and "retention" in at["reason"]
+        now = datetime.now().astimezone().isoformat()
+        later = json.loads(memsync(config, "awareness", "--stores", store.id, "--at", now, "--json").stdout)
+        assert later["at"]["exact"] is True and later["at"]["reason"] is None
+
+
+def test_forward_at_pins_finer_than_git_dates(tmp_path: Path, server: ServerProcess) -> None:
+    """`git rev-list --before` only knows whole seconds; a pin goes by the exact created_at."""
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
+        memory = client.create_memory(store.id, "t.md", "v0\n")
+        sha = memory.content_sha256
+        # Versions until two fall within one second: the pins tell them apart, git's dates cannot.
+        for n in range(1, 40):
+            sha = client.update_memory(store.id, memory.id, f"v{n}\n", expected_sha256=sha).content_sha256
+            newest = list(client.iter_versions(store.id))[:2]
+            if newest[0].created_at.replace(microsecond=0) == newest[1].created_at.replace(microsecond=0):
+                break
+        later, earlier = newest
+        assert later.created_at > earlier.created_at
+        config = write_config(tmp_path, server.base_url)
+        done = memsync(
+            config, "awareness", "--stores", store.id, "--at", earlier.created_at.isoformat(), "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        document = json.loads(done.stdout)
+        view = Path(document["path"])
+        content = client.get_version(store.id, earlier.id).content
+        assert git(view, "show", f"{document['at']['ref']}:t.md") == content
+        seconds = int(earlier.created_at.timestamp())
+        coarse = git(view, "rev-list", "-1", f"--before={seconds}", document["branch"]).strip()
+        assert git(view, "show", f"{coarse}:t.md") == client.get_version(store.id, later.id).content
