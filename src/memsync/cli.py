@@ -1058,7 +1058,7 @@ def awareness(
 
     forms = [identity is not None, store_list is not None, session_id is not None]
     if sum(forms) != 1 or (identity is not None) != (template is not None):
-        raise click.UsageError("give IDENTITY TEMPLATE, or --stores ID[,ID...], or --session ID (one of them)")
+        raise click.UsageError("give IDENTITY TEMPLATE, --stores ID[,ID...] or --session ID (one of them)")
     moment = None if at is None else views.parse_instant(at)
     if identity is not None and template is not None:
         config, client = _forward_client(ctx, identity, template)

@@ -267,7 +267,7 @@ class AwarenessConfig(_Section):
         ):
             raise ValueError(
                 "an [[awareness]] table takes identity and template (forward), stores = [...] or"
-                " session = \"...\": exactly one of them"
+                ' session = "...": exactly one of them'
             )
         if self.stores is not None and (not self.stores or len(set(self.stores)) != len(self.stores)):
             raise ValueError("stores lists one or more store ids, each once")
@@ -302,7 +302,7 @@ class Config(_Section):
             if view.identity is not None and not forward:
                 raise ValueError(
                     f"[[awareness]] with identity and template needs mounts, which only the forward dialect"
-                    f" has (api.dialect is {self.api.dialect.value}); use stores = [...] or session = \"...\""
+                    f' has (api.dialect is {self.api.dialect.value}); use stores = [...] or session = "..."'
                 )
             if view.session is not None and forward:
                 raise ValueError(

@@ -8,13 +8,12 @@ answers the recipes of docs/awareness.md.
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import subprocess
 
 import httpx
 import pytest
@@ -25,8 +24,8 @@ from memsync.mirror import encode_path
 from memsync.rules import Dialect
 from memsync.sync.awareness import describe_awareness, refresh_session, refresh_stores
 from memsync.sync.pull import pull_store
-from tests.awareness.test_cli import memsync, write_config
 from tests.awareness.conftest import git
+from tests.awareness.test_cli import memsync, write_config
 from tests.support.server import ServerProcess
 
 SESSION_HEADER = "x-memsync-reference-session"  # the reference's own way to write as a session

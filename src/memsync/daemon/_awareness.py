@@ -154,8 +154,9 @@ class AwarenessKeeper:
                 elif wanted.session is not None:
                     report = refresh_session(client, self._root, wanted.session, pull=pull, keep_known=True)
                 else:
-                    assert wanted.identity is not None and wanted.template is not None
-                    report = refresh_awareness(client, self._root, wanted.identity, wanted.template, pull=pull)
+                    identity, template = wanted.identity, wanted.template
+                    assert identity is not None and template is not None
+                    report = refresh_awareness(client, self._root, identity, template, pull=pull)
         except MirrorPending as exc:
             # The first cycle of a store of the view has not made its mirror yet: that cycle's end
             # requests the refresh again.

@@ -31,7 +31,7 @@ class StoreGauges:
 
 @dataclass(frozen=True)
 class ViewGauges:
-    """One ``[[awareness]]`` view as ``/metrics`` shows it (``identity``, ``template``: "" but on Forward's)."""
+    """One ``[[awareness]]`` view as ``/metrics`` shows it (``identity``, ``template``: "" but on Forward)."""
 
     view: str
     identity: str

@@ -10,7 +10,6 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pygit2
@@ -92,10 +91,8 @@ class View:
     """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
     def __init__(self, git: GitStore, branch: str = MAIN_REF, root: str | None = None) -> None:
-        self.git = git
-        self.path = git.path
-        self.branch = branch  # the view's history; ``root``: its first commit, the empty tree (shared views)
-        self.root = root
+        self.git, self.path = git, git.path
+        self.branch, self.root = branch, root  # root: the first commit of a shared view's branch
 
     @staticmethod
     def folder_name(value: str, what: str = "id") -> str:
@@ -118,15 +115,6 @@ class View:
         """Where the view of (``identity_id``, ``template_id``) lives under the mirror root."""
         identity = View.folder_name(identity_id, "identity id")
         return root / VIEWS_FOLDER / identity / View.folder_name(template_id, "template id")
-
-    @staticmethod
-    def find(root: Path) -> list[Path]:
-        """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
-        base = root / VIEWS_FOLDER
-        identities = sorted(folder for folder in base.iterdir() if folder.is_dir()) if base.is_dir() else []
-        return [
-            view for folder in identities for view in sorted(folder.iterdir()) if (view / ".git").is_dir()
-        ]
 
     @staticmethod
     def store_history(
@@ -199,36 +187,22 @@ class View:
 
     @classmethod
     def open_shared(cls, repository: Path, path: Path, branch: str) -> View:
-        """The view on ``branch`` of the one bare ``repository`` every such view shares (made when absent),
-        checked out in a linked worktree at ``path``. Each branch starts at the same commit of the empty
-        tree (epoch, ``memsync``): what a pin names when nothing was visible yet."""
-        require_git()
+        """The view on ``branch`` of the bare ``repository`` such views share (made when absent), checked
+        out in a linked worktree at ``path``. Each branch starts at the same :meth:`empty_commit`."""
         with GitStore(repository, create=None if repository.is_dir() else "bare") as shared:
             shared.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
-            root = _empty_commit(shared)
+            root = cls(shared).empty_commit()
             if not (path / ".git").is_file():
                 if shared.ref_target(branch) is None:
                     shared.set_ref_if_equals(branch, root, None)
-                path.parent.mkdir(parents=True, exist_ok=True)
                 add = ["worktree", "add", "--quiet", str(path), branch.removeprefix("refs/heads/")]
                 run_git(repository, add, action=f"making the view's checkout at {path}")
         return cls(GitStore(path, action=f"opening the awareness view at {path}"), branch, root)
 
     def empty_commit(self) -> str:
-        """The commit of the empty tree (epoch, ``memsync``): the view before anything was visible."""
-        return self.root or _empty_commit(self.git)
-
-    def pin(self, pins: Mapping[str, str | None], prefix: str) -> None:
-        """Point each ref of ``pins`` at its commit (None: delete it); other refs under ``prefix`` go."""
-        for name in self.git.refs(prefix):
-            if name not in pins and (old := self.git.ref_target(name)) is not None:
-                self.git.delete_ref_if_equals(name, old)
-        for name, commit in pins.items():
-            old = self.git.ref_target(name)
-            if commit is None and old is not None:
-                self.git.delete_ref_if_equals(name, old)
-            elif commit is not None and old != commit:
-                self.git.set_ref_if_equals(name, commit, old, message="memsync: pinned")
+        """The commit of the empty tree (epoch, ``memsync``): a view before anything was visible."""
+        epoch = pygit2.Signature("memsync", "memsync@memsync.invalid", 0, 0)
+        return self.git.create_commit(self.git.write_tree({}), [], epoch, "Nothing visible\n")
 
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
@@ -267,22 +241,9 @@ class View:
             ]
         return sorted(found, key=lambda edit: edit[0])
 
-    def read_state(self) -> dict[str, Any] | None:
-        """The record of the last build (the state's ``view`` cache: without it the view is rebuilt)."""
-        loaded = self.git.state.get("view")
-        return loaded if isinstance(loaded, dict) else None
-
-    def write_state(self, state: Mapping[str, Any]) -> None:
-        self.git.state.put("view", dict(state))
-
     def writer(self, *, rebuild: bool) -> ViewWriter:
         """A writer appending to ``main`` (or, with ``rebuild``, replacing its whole history)."""
         return ViewWriter(self, rebuild=rebuild)
-
-
-def _empty_commit(git: GitStore) -> str:
-    epoch = pygit2.Signature("memsync", "memsync@memsync.invalid", 0, 0)
-    return git.create_commit(git.write_tree({}), [], epoch, "Nothing visible\n")
 
 
 class ViewWriter:
@@ -292,8 +253,7 @@ class ViewWriter:
 
     def __init__(self, view: View, *, rebuild: bool) -> None:
         self._git, self._branch = view.git, view.branch
-        self._rebuild = rebuild
-        self._expected = view.tip()
+        self._rebuild, self._expected = rebuild, view.tip()
         start = view.root if rebuild else self._expected
         self._tip = start  # the last commit of a finished batch
         self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
@@ -372,5 +332,4 @@ class ViewWriter:
             return
         ids = stream.finish()
         self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
-        if stream.commits:
-            self._tip = ids[stream.commits]
+        self._tip = self.ids[-1] if self.ids else self._tip

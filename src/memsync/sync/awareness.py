@@ -520,7 +520,7 @@ def _recorded_session(root: Path, session_id: str) -> tuple[ViewSpec, list[dict[
     if not (path / ".git").exists():
         return None
     with View.open(path) as view:
-        state = view.read_state() or {}
+        state = _read_state(view) or {}
     record = state.get("session_record")
     if not isinstance(record, dict):
         return None
@@ -647,7 +647,7 @@ def _build(
                 raise MirrorError(f"store {store_id} has no mirror at {where}; pull it first")
             mirrors[store_id] = stack.enter_context(Mirror.open(where))
         tips = {store_id: mirror.tip() for store_id, mirror in mirrors.items()}
-        state = view.read_state()
+        state = _read_state(view)
         instants = sorted({*_instants(state), *([at] if at is not None else [])})
         build = _Build(spec, view, active, folders, mirrors, tips, instants, report)
         reason = _rebuild_reason(view, state, active, folders, mirrors, tips)
@@ -661,11 +661,23 @@ def _build(
             report.rebuilt = not report.created and (state is not None or view.tip() != view.root)
             report.reason = reason if report.rebuilt else None
             # A pin would keep the history a rebuild replaces (a redacted blob) from being pruned.
-            view.pin({}, spec.at_prefix)
+            _pin(view, {}, spec.at_prefix)
             if spec.start_ref:
-                view.pin({}, spec.start_ref)
+                _pin(view, {}, spec.start_ref)
             build.write(None)
         build.pin(at, wrote)
+
+
+def _pin(view: View, pins: dict[str, str], prefix: str) -> None:
+    """Point each ref of ``pins`` at its commit; every other ref under ``prefix`` goes."""
+    git = view.git
+    for name in sorted(set(git.refs(prefix)) | set(pins)):
+        old = git.ref_target(name)
+        if name not in pins:
+            if old is not None:
+                git.delete_ref_if_equals(name, old)
+        elif old != pins[name]:
+            git.set_ref_if_equals(name, pins[name], old, message="memsync: pinned")
 
 
 def _instants(state: dict[str, Any] | None) -> list[datetime]:
@@ -808,7 +820,8 @@ class _Build:
         report.collisions = namespace.collisions()
         shown_now = namespace.visible()
         report.files = len(shown_now)
-        view.write_state(
+        view.git.state.put(
+            "view",
             {
                 "format": STATE_FORMAT,
                 "kind": self.spec.kind,
@@ -829,7 +842,7 @@ class _Build:
                 "at": [_iso(moment) for moment in self.instants],
                 "session_record": self._session_record(),
                 "built_at": _iso(datetime.now(UTC)),
-            }
+            },
         )
 
     def _session_record(self) -> dict[str, Any] | None:
@@ -865,12 +878,12 @@ class _Build:
         for moment in self.instants:
             ref = f"{spec.at_prefix}{instant_name(moment)}"
             pins[ref] = pinned(ref, moment)
-        view.pin({ref: pin["commit"] for ref, pin in pins.items()}, spec.at_prefix)
+        _pin(view, {ref: pin["commit"] for ref, pin in pins.items()}, spec.at_prefix)
         if at is not None:
             report.at = pins[f"{spec.at_prefix}{instant_name(at)}"]
         if spec.start_ref and spec.start is not None:
             report.start = pinned(spec.start_ref, spec.start)
-            view.pin({spec.start_ref: report.start["commit"]}, spec.start_ref)
+            _pin(view, {spec.start_ref: report.start["commit"]}, spec.start_ref)
         if wrote is not None:
             by_version = {item[1]: item[2] for item in self.times}
             report.wrote = []
@@ -951,20 +964,30 @@ class ViewStatus(Outcome, Reported):
 
 
 def view_statuses(root: Path) -> list[ViewStatus]:
-    """Every view under ``root``: read without the lock or the network, like the mirrors' status."""
-    found = [view_status(root, path) for path in View.find(root)]
-    for folder in SHARED_FOLDERS.values():
-        base = root / VIEWS_FOLDER / folder
-        if base.is_dir():
-            found += [view_status(root, path) for path in sorted(base.iterdir()) if (path / ".git").is_file()]
+    """Every view under ``root``: read without the lock or the network, like the mirrors' status.
+    Forward's are ``awareness/*/*`` holding a git folder; the others linked worktrees of the shared
+    repository, ``awareness/sessions/*`` and ``awareness/stores/*`` holding a ``.git`` file."""
+    base = root / VIEWS_FOLDER
+    found = []
+    for folder in sorted(base.iterdir()) if base.is_dir() else []:
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            shared = folder.name in SHARED_FOLDERS.values()
+            if (path / ".git").is_file() if shared else (path / ".git").is_dir():
+                found.append(view_status(root, path))
     return found
+
+
+def _read_state(view: View) -> dict[str, Any] | None:
+    """The record of the view's last build (the state's ``view`` cache: without it the view is rebuilt)."""
+    loaded = view.git.state.get("view")
+    return loaded if isinstance(loaded, dict) else None
 
 
 def view_status(root: Path, path: Path) -> ViewStatus:
     report = ViewStatus(id=f"awareness/{path.parent.name}/{path.name}", path=str(path))
     try:
         with View.open(path) as view:
-            state = view.read_state() or {}
+            state = _read_state(view) or {}
             report.kind = str(state.get("kind", "forward"))
             view.branch = str(state.get("branch", view.branch))
             report.branch = view.branch.removeprefix("refs/heads/")
@@ -1124,9 +1147,8 @@ def describe_awareness(report: AwarenessReport) -> str:
         for item in report.wrote:
             commit = item["commit"][:12] if item["commit"] else "none"
             path = esc(item["path"]) if item["path"] else f"memory {item['memory_id']}"
-            lines.append(
-                f"    {item['created_at']}  {item['operation']} {path} in {item['memory_store_id']} -> {commit}"
-            )
+            store = item["memory_store_id"]
+            lines.append(f"    {item['created_at']}  {item['operation']} {path} in {store} -> {commit}")
     for collision in report.collisions:
         lines.append(f"  collision: {_collision_text(collision.to_json())}")
         if collision.folders:
