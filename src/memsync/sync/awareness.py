@@ -898,7 +898,7 @@ class _Build:
 
     def _firsts(self) -> dict[str, tuple[datetime, int | None]]:
         """Each store whose history is truncated: its first version's ``created_at``, and the count."""
-        firsts = {}
+        firsts: dict[str, tuple[datetime, int | None]] = {}
         for store_id, mirror in self.mirrors.items():
             facts = mirror.facts(save=False)
             if facts.truncated and facts.root is not None:
