@@ -22,10 +22,10 @@ from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
-from memsync.mirror.paths import decode_path, quote_for_message
+from memsync.mirror.paths import decoded, quote_for_message
 from memsync.mirror.refs import MAIN_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
-from memsync.mirror.trailers import parse_message
+from memsync.mirror.trailers import format_time, parse_message
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
@@ -79,6 +79,7 @@ class ViewCommit:
             f"Memory-Store-Id: {self.store_id}",
             f"Memory-Version: {version.version_id}",
             f"Memory-Id: {version.memory_id}",
+            f"Created-At: {format_time(version.created_at)}",
             f"Operation: {version.operation}",
         ]
         lines += [f"Memory-Path: {quote_for_message(path)}" for path in paths]
@@ -139,9 +140,9 @@ class View:
                 added: dict[str, str] = {}
                 for delta in parent.diff_to_tree(commit.tree).deltas:
                     if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                        removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
+                        removed[decoded(delta.old_file.path)] = str(delta.old_file.id)
                     if delta.status is not DeltaStatus.DELETED:
-                        added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
+                        added[decoded(delta.new_file.path)] = str(delta.new_file.id)
                 author, committer = _signature_line(commit.author), _signature_line(commit.committer)
             # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
             # addition of the same memory path with the same blob: no change of that memory at all.
@@ -212,8 +213,7 @@ class View:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
         head = self.git.head()
         if head.target is not None and head.branch != self.branch:
-            short = self.branch.removeprefix("refs/heads/")
-            return f"HEAD is not on {short}: run `git checkout {short}` in the view"
+            return f"HEAD is not on {self.branch[11:]}: run `git checkout {self.branch[11:]}` in the view"
         return None
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
@@ -241,23 +241,21 @@ class View:
             ]
         return sorted(found, key=lambda edit: edit[0])
 
-    def writer(self, *, rebuild: bool) -> ViewWriter:
-        """A writer appending to ``main`` (or, with ``rebuild``, replacing its whole history)."""
-        return ViewWriter(self, rebuild=rebuild)
-
 
 class ViewWriter:
     """Writes view commits (``git fast-import``, a process per batch); nothing is visible before
     :meth:`finish` checks them out and moves ``main``, so an interrupted build leaves at most an
-    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned."""
+    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned. ``paths``:
+    the ``paths`` a writer left at the tip it appends to (decoding every path of the tree is slow)."""
 
-    def __init__(self, view: View, *, rebuild: bool) -> None:
+    def __init__(self, view: View, *, rebuild: bool, paths: PathMap | None = None) -> None:
         self._git, self._branch = view.git, view.branch
-        self._rebuild, self._expected = rebuild, view.tip()
-        start = view.root if rebuild else self._expected
-        self._tip = start  # the last commit of a finished batch
-        self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
-        self._changes = self._paths.listener = TreeChanges()
+        self._rebuild, self._expected, self._root = rebuild, view.tip(), view.root
+        self._tip = start = view.root if rebuild else self._expected  # the last commit of a finished batch
+        if paths is None or rebuild:
+            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))})
+        self.paths, self._changes = paths, TreeChanges()
+        paths.listener = self._changes
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
         self.ids: list[str] = []  # of the commits written, in order (by the end of finish)
@@ -273,17 +271,17 @@ class ViewWriter:
         self._changes.clear()
         for path, target in visible.items():
             if target is None:
-                if self._paths.owner(path) is not None:
-                    self._paths.remove(path)
+                if self.paths.owner(path) is not None:
+                    self.paths.remove(path)
                 continue
             blob_id, read = target
             if blob_id not in self._blobs and (self._rebuild or not self._git.has_object(blob_id)):
                 if stream.blob(read(blob_id)) != blob_id:
                     raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
                 self._blobs.add(blob_id)
-            if self._paths.owner(path) is None:
-                self._paths.add(path, path)
-            self._changes.put(self._paths, path, blob_id)
+            if self.paths.owner(path) is None:
+                self.paths.add(path, path)
+            self._changes.put(self.paths, path, blob_id)
         stream.commit(
             parent=self._tip,
             author=commit.source.author,
@@ -319,7 +317,7 @@ class ViewWriter:
                 self._git.set_ref_if_equals(self._branch, tip, expected, message="memsync: awareness view")
             elif expected is not None:
                 self._git.delete_ref_if_equals(self._branch, expected)
-        if self._rebuild:
+        if self._rebuild and self._expected not in (None, self._root):  # a new branch replaced nothing
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
             self._git.drop_unreachable()
         else:

@@ -62,7 +62,7 @@ from memsync.errors import (
     UserError,
 )
 from memsync.mirror import Mirror, View, decode_path, encode_path, escape_for_terminal
-from memsync.mirror.view import VIEWS_FOLDER, StoreCommit, ViewCommit
+from memsync.mirror.view import VIEWS_FOLDER, StoreCommit, ViewCommit, ViewWriter
 from memsync.rules import Dialect
 from memsync.sync.locks import held
 from memsync.sync.outputs import AwarenessDocument, MountsDocument, ViewOutput
@@ -72,7 +72,7 @@ from memsync.sync.report import Outcome, Reported
 
 log = logging.getLogger("memsync.awareness")
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: view commits carry Created-At; pins and status read the history
 
 # (created_at, version id, mount rank): the order of the merged history (engine.merged_history).
 Key = tuple[datetime, str, int]
@@ -695,7 +695,7 @@ def _rebuild_reason(
 ) -> str | None:
     """Why the view's history must be built again from the start, or None to append to it."""
     tip = view.tip()
-    if state is None or state.get("format") != STATE_FORMAT or "times" not in state:
+    if state is None or state.get("format") != STATE_FORMAT:
         if tip is not None:
             _refuse_foreign(view, view.root, tip)
         return "the view has no build record"
@@ -750,6 +750,22 @@ def _placed(folder: str, path: str) -> str:
 
 
 @dataclass
+class _Warm:
+    """What one build leaves for the next in the same process (the daemon): the namespace and the
+    writer's path map at the tip, which a fresh start rebuilds from every file of the view."""
+
+    tip: str | None
+    stores: dict[str, str | None]
+    namespace: Namespace
+    paths: Any
+
+
+# The warm state of each view built in this process, by git folder; taken (popped) by a build and put
+# back only when it succeeds, so a failed build never leaves a map that disagrees with the tip.
+_WARM: dict[str, _Warm] = {}
+
+
+@dataclass
 class _Build:
     """One build of one view: its commits written (:meth:`write`), then its instants pinned (:meth:`pin`)."""
 
@@ -761,27 +777,29 @@ class _Build:
     tips: dict[str, str | None]
     instants: list[datetime]
     report: AwarenessReport
-    times: list[list[str]] = field(default_factory=list)  # [created_at, version id, commit] per commit
+    since: datetime | None = None  # None: every pin is computed again; else only those at or after it
 
     def write(self, state: dict[str, Any] | None) -> None:
         """Write the view's commits (appending when ``state`` is given, else from the start)."""
         view, mirrors, folders, report = self.view, self.mirrors, self.folders, self.report
         incremental = state is not None
         since: dict[str, str | None] = dict.fromkeys(self.active)
-        start_files = None
+        warm = _WARM.pop(str(view.git.git_dir), None)
         last: Key | None = None
-        times: list[list[str]] = []
         if state is not None:
             since = {sid: state["stores"].get(sid) for sid in self.active}
+            last = _key_from(state.get("last_key"))
+        if state is None or warm is None or warm.tip != view.tip() or warm.stores != since:
+            warm = None
             start_files = {
                 sid: {_placed(folders[sid], p): blob for p, blob in mirrors[sid].files(c).items()}
                 for sid, c in since.items()
                 if c is not None
             }
-            last = _key_from(state.get("last_key"))
-            times = list(state["times"])
-        namespace = Namespace(self.active, start_files, self.spec.rule)
-        writer = view.writer(rebuild=not incremental)
+            namespace = Namespace(self.active, start_files, self.spec.rule)
+        else:
+            namespace = warm.namespace
+        writer = ViewWriter(view, rebuild=not incremental, paths=warm.paths if warm else None)
         readers = {sid: mirror.content for sid, mirror in mirrors.items()}
 
         def history(rank: int, store_id: str) -> Iterator[tuple[Key, str, StoreCommit]]:
@@ -790,8 +808,8 @@ class _Build:
             for commit in View.store_history(mirrors[store_id], since[store_id], self.tips[store_id]):
                 yield _key(commit, rank), store_id, commit
 
-        written: list[tuple[str, str]] = []
         streams = [history(rank, store_id) for rank, store_id in enumerate(self.active)]
+        first: datetime | None = None
         for key, store_id, commit in merged_history(streams, key=lambda item: item[0]):
             if incremental and last is not None and key <= last:
                 raise _Restart(
@@ -804,22 +822,19 @@ class _Build:
             step = namespace.apply(store_id, changes)
             if not step.visible:
                 continue
+            first = first or key[0]
             visible = {
                 path: None if shown is None else (shown[1], readers[shown[0]])
                 for path, shown in step.visible.items()
             }
             placed = StoreCommit(commit.version, commit.author, commit.committer, changes)
             writer.add(visible, ViewCommit(store_id, placed, step.shadowed))
-            written.append((_iso(commit.version.created_at), commit.version.version_id))
         report.tip = writer.finish()
         report.commits = len(writer.ids)
-        times += [
-            [moment, version, commit] for (moment, version), commit in zip(written, writer.ids, strict=True)
-        ]
-        self.times = times
+        # An append moves the pins at or after its first commit only; a rebuild moves them all.
+        self.since = None if not incremental else (first or datetime.max.replace(tzinfo=UTC))
         report.collisions = namespace.collisions()
-        shown_now = namespace.visible()
-        report.files = len(shown_now)
+        report.files = len(namespace.visible())
         view.git.state.put(
             "view",
             {
@@ -831,19 +846,19 @@ class _Build:
                 "branch": self.spec.branch,
                 "active": self.active,
                 "folders": folders,
+                "rule": "cloud" if self.spec.rule is cloud_visible_holder else "forward",
                 "mounts": report.mounts,
                 "stores": self.tips,
                 "store_entries": report.stores,
                 "last_key": _key_json(last),
                 "tip": report.tip,
                 "collisions": [c.to_json() for c in report.collisions],
-                "owners": {path: store for path, (store, _) in sorted(shown_now.items())},
-                "times": times,
                 "at": [_iso(moment) for moment in self.instants],
                 "session_record": self._session_record(),
                 "built_at": _iso(datetime.now(UTC)),
             },
         )
+        _WARM[str(view.git.git_dir)] = _Warm(report.tip, dict(self.tips), namespace, writer.paths)
 
     def _session_record(self) -> dict[str, Any] | None:
         spec = self.spec
@@ -859,41 +874,51 @@ class _Build:
         """Point the start and every ``at`` ref at the commit current at its instant (by the versions'
         exact ``created_at``), at the empty commit when nothing was visible yet; report them."""
         spec, view, report = self.spec, self.view, self.report
-        moments = [datetime.fromisoformat(item[0].replace("Z", "+00:00")) for item in self.times]
-        firsts = self._firsts() if self.instants or spec.start else {}
+        wanted: dict[str, datetime] = {f"{spec.at_prefix}{instant_name(m)}": m for m in self.instants}
+        if spec.start_ref and spec.start is not None:
+            wanted[spec.start_ref] = spec.start
+        current = {ref: view.git.ref_target(ref) for ref in wanted}
+        # Pins before this build's first commit stay where they are (an old pin far back is a long walk).
+        moving = {
+            ref: m
+            for ref, m in wanted.items()
+            if current[ref] is None or self.since is None or m >= self.since
+        }
+        floor = min([*moving.values(), *(item["moment"] for item in wrote or [])], default=None)
+        history = _history_since(view, floor) if floor is not None else []
+        commits = {ref: current[ref] or "" for ref in wanted}
+        commits.update({ref: _current_at(view, history, m) for ref, m in moving.items()})
+        _pin(view, {ref: c for ref, c in commits.items() if ref != spec.start_ref}, spec.at_prefix)
+        if spec.start_ref and spec.start is not None:
+            _pin(view, {spec.start_ref: commits[spec.start_ref]}, spec.start_ref)
+        firsts = self._firsts() if wanted else {}
 
-        def pinned(ref: str, instant: datetime) -> dict[str, Any]:
-            index = current_at(moments, instant)
-            commit = self.times[index][2] if index >= 0 else view.empty_commit()
-            reason = inexact_reason(firsts, instant)
+        def pinned(ref: str) -> dict[str, Any]:
+            reason = inexact_reason(firsts, wanted[ref])
+            instant = _iso(wanted[ref])
             return {
                 "ref": ref,
-                "instant": _iso(instant),
-                "commit": commit,
+                "instant": instant,
+                "commit": commits[ref],
                 "exact": reason is None,
                 "reason": reason,
             }
 
-        pins = {}
-        for moment in self.instants:
-            ref = f"{spec.at_prefix}{instant_name(moment)}"
-            pins[ref] = pinned(ref, moment)
-        _pin(view, {ref: pin["commit"] for ref, pin in pins.items()}, spec.at_prefix)
         if at is not None:
-            report.at = pins[f"{spec.at_prefix}{instant_name(at)}"]
+            report.at = pinned(f"{spec.at_prefix}{instant_name(at)}")
         if spec.start_ref and spec.start is not None:
-            report.start = pinned(spec.start_ref, spec.start)
-            _pin(view, {spec.start_ref: report.start["commit"]}, spec.start_ref)
+            report.start = pinned(spec.start_ref)
         if wrote is not None:
-            by_version = {item[1]: item[2] for item in self.times}
+            by_version = {version: commit for _, version, commit in history}
             report.wrote = []
             for item in wrote:
                 folder = self.folders.get(item["memory_store_id"], "")
-                shown = _placed(folder, item["memory_path"]) if item["memory_path"] else None
-                index = current_at(moments, item["moment"])
-                commit = by_version.get(item["version_id"]) or (self.times[index][2] if index >= 0 else None)
                 entry = {k: v for k, v in item.items() if k != "moment"}
-                entry.update(path=shown, commit=commit, visible=item["version_id"] in by_version)
+                entry.update(
+                    path=_placed(folder, item["memory_path"]) if item["memory_path"] else None,
+                    commit=by_version.get(item["version_id"]) or _current_at(view, history, item["moment"]),
+                    visible=item["version_id"] in by_version,
+                )
                 report.wrote.append(entry)
 
     def _firsts(self) -> dict[str, tuple[datetime, int | None]]:
@@ -905,6 +930,34 @@ class _Build:
                 first = next(View.store_history(mirror, None, facts.root))
                 firsts[store_id] = (first.version.created_at, facts.truncated)
         return firsts
+
+
+def _history_since(view: View, floor: datetime) -> list[tuple[datetime, str, str]]:
+    """``(created_at, version id, commit)`` of the view's commits, newest first, back to the first one
+    created at or before ``floor`` (its ``Created-At`` trailer), or to the view's first commit."""
+    found: list[tuple[datetime, str, str]] = []
+    tip = view.tip()
+    if tip is None:
+        return found
+    for commit in view.git.walk(tip, since=view.root):
+        trailers = dict(
+            line.split(": ", 1)
+            for line in commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
+            if ": " in line
+        )
+        moment = datetime.fromisoformat(trailers["Created-At"].replace("Z", "+00:00"))
+        found.append((moment, trailers["Memory-Version"], str(commit.id)))
+        if moment <= floor:
+            break
+    return found
+
+
+def _current_at(view: View, history: list[tuple[datetime, str, str]], instant: datetime) -> str:
+    """The view commit current at ``instant`` (``history``, newest first, reaches back to it), or the
+    empty commit when nothing was visible yet."""
+    oldest_first = history[::-1]
+    index = current_at([moment for moment, _, _ in oldest_first], instant)
+    return oldest_first[index][2] if index >= 0 else view.empty_commit()
 
 
 # --- status: edits made in a view -------------------------------------------------------------------
@@ -1017,33 +1070,45 @@ def view_status(root: Path, path: Path) -> ViewStatus:
                 if report.kind != "stores" or prefix.startswith("refs/at/")
                 for name in view.git.refs(prefix)
             ]
-            owners: dict[str, str] = dict(state.get("owners", {}))
-            folders: dict[str, str] = dict(state.get("folders", {}))
             for tree_path, change in view.edits():
-                report.edits.append(_edit_entry(root, tree_path, change, owners, folders))
+                report.edits.append(_edit_entry(root, tree_path, change, state))
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
     return report
 
 
-def _edit_entry(
-    root: Path, tree_path: str, change: str, owners: dict[str, str], folders: dict[str, str]
-) -> dict[str, Any]:
-    """One edit made in a view, with the store that owns its path and where the edit belongs: the
-    store's checkout, the store's folder in the view stripped."""
+def _edit_entry(root: Path, tree_path: str, change: str, state: dict[str, Any]) -> dict[str, Any]:
+    """One edit made in a view, with the store whose copy of its path the view shows (read from the
+    stores' mirrors at the build's tips) and where the edit belongs: that store's checkout, the
+    store's folder in the view stripped. A new file in a store's folder belongs to that store."""
     entry: dict[str, Any] = {"path": tree_path, "change": change, "store": None, "checkout": None}
     try:
         view_path = decode_path(tree_path)
     except MemsyncError:
         return entry
-    store = owners.get(view_path)
-    if store is None:
-        # A new file: the store whose folder it lies in, if the view has folders.
-        store = next((s for s, f in folders.items() if f and view_path.startswith(f"{f}/")), None)
-        if store is None:
-            return entry
-    folder = folders.get(store, "")
-    memory_path = view_path[len(folder) + 1 :] if folder else view_path
+    folders: dict[str, str] = dict(state.get("folders", {}))
+    tips: dict[str, str | None] = dict(state.get("stores", {}))
+    # Both rules show the first holder in the view's order: the order of `active`.
+    candidates = [
+        (store, view_path[len(folder) + 1 :] if folder else view_path)
+        for store in state.get("active", [])
+        if not (folder := folders.get(store, "")) or view_path.startswith(f"{folder}/")
+    ]
+    found = None
+    for store, memory_path in candidates:
+        tip = tips.get(store)
+        try:
+            with Mirror.open(mirror_path(root, store)) as mirror:
+                if tip is not None and memory_path in mirror.files(tip):
+                    found = (store, memory_path)
+                    break
+        except MemsyncError:
+            continue
+    if found is None and len(candidates) == 1 and folders.get(candidates[0][0]):
+        found = candidates[0]
+    if found is None:
+        return entry
+    store, memory_path = found
     entry["store"] = store
     checkout = mirror_path(root, store)
     try:
