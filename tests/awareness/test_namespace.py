@@ -71,7 +71,22 @@ def test_the_merged_history_keeps_each_store_in_order_and_sorts_between_them() -
     assert [item[1] for item in merged] == ["v1", "v2", "v3", "v0-late", "v5"]
 
 
-paths = st.sampled_from(["a", "a/b", "n.md", "x/y.md", "x"])
+def every_collision(space: Namespace, order: list[str]) -> list[Collision]:
+    files = {store: space.files(store) for store in order}
+    found = []
+    for path in sorted({path for held in files.values() for path in held}):
+        holders = {rank for rank, store in enumerate(order) if path in files[store]}
+        under = {
+            rank for rank, store in enumerate(order) if any(p.startswith(path + "/") for p in files[store])
+        }
+        stores = [order[rank] for rank in sorted(holders | under)]
+        if len(stores) > 1:
+            folders = tuple(order[rank] for rank in sorted(under))
+            found.append(Collision(path, stores[0], tuple(stores[1:]), folders))
+    return found
+
+
+paths = st.sampled_from(["a", "a/b", "n.md", "x/y.md", "x", "a/b/c"])
 changes = st.lists(
     st.tuples(st.sampled_from(["d", "b", "c"]), paths, st.one_of(st.none(), st.sampled_from(["1", "2"]))),
     max_size=30,
@@ -92,6 +107,9 @@ def test_resuming_from_file_sets_equals_one_pass(steps: list[tuple[str, str, str
         resumed.apply(store, {path: blob})
     assert resumed.visible() == whole.visible()
     assert resumed.collisions() == whole.collisions()
+    # Kept as files come and go, the collisions are what a look at every file finds.
+    assert whole.collisions() == every_collision(whole, order)
+    assert len(whole) == len(whole.visible())
     # What is visible is always the first holder's copy.
     for path, (store, blob) in whole.visible().items():
         assert store == whole.holders(path)[0] and whole.files(store)[path] == blob

@@ -99,6 +99,10 @@ class Namespace:
         self._files: dict[str, dict[str, str]] = {store: {} for store in self._order}
         # path → the ranks of the stores holding it, ascending
         self._holders: dict[str, list[int]] = {}
+        # folder → {rank: files of that store below it}, and the paths that may collide: kept as files
+        # come and go, so that an append costs what it changes, not the size of the namespace
+        self._below: dict[str, dict[int, int]] = {}
+        self._suspects: set[str] = set()
         for store, found in (files or {}).items():
             if store not in self._rank:
                 raise ValueError(f"store {store} has files but is not mounted")
@@ -116,6 +120,10 @@ class Namespace:
     def holders(self, path: str) -> list[str]:
         """The stores holding ``path`` as a file, in mount order."""
         return [self._order[rank] for rank in self._holders.get(path, ())]
+
+    def __len__(self) -> int:
+        """How many paths the namespace shows."""
+        return len(self._holders)
 
     def visible(self) -> dict[str, tuple[str, str]]:
         """The namespace: ``{path: (store id, blob id)}`` of the copy each path shows."""
@@ -156,21 +164,10 @@ class Namespace:
     def collisions(self) -> list[Collision]:
         """Every collision now, sorted by path: the same path in several stores, and a file in one
         store that is a folder in another."""
-        folders: dict[str, set[int]] = {}
-        for store, found in self._files.items():
-            rank = self._rank[store]
-            for path in found:
-                for prefix in _folders_of(path):
-                    if prefix in self._holders:  # only folders that are also someone's file matter
-                        folders.setdefault(prefix, set()).add(rank)
         found_collisions = []
-        for path in sorted(self._holders):
-            files = self._holders[path]
-            under = folders.get(path, set())
-            involved = sorted(set(files) | under)
-            # A store holding both `a` and `a/b` collides with nobody but another store.
-            if len(involved) < 2:
-                continue
+        for path in sorted(self._suspects):
+            under = set(self._below.get(path, ()))  # folders matter only where they are someone's file
+            involved = sorted(set(self._holders[path]) | under)
             stores = [self._order[rank] for rank in involved]
             winner = self._rule(stores)
             found_collisions.append(
@@ -195,18 +192,43 @@ class Namespace:
     def _put(self, store: str, path: str, blob: str) -> None:
         files = self._files[store]
         if path not in files:
+            rank = self._rank[store]
             ranks = self._holders.setdefault(path, [])
-            ranks.append(self._rank[store])
+            ranks.append(rank)
             ranks.sort()
+            self._count_below(path, rank, 1)
         files[path] = blob
 
     def _drop(self, store: str, path: str) -> None:
         if self._files[store].pop(path, None) is None:
             return
+        rank = self._rank[store]
         ranks = self._holders[path]
-        ranks.remove(self._rank[store])
+        ranks.remove(rank)
         if not ranks:
             del self._holders[path]
+        self._count_below(path, rank, -1)
+
+    def _count_below(self, path: str, rank: int, delta: int) -> None:
+        """Note a file of ``rank`` at ``path`` come (+1) or gone (-1), and look again at the paths whose
+        collisions that can change: ``path`` and the folders it lies in."""
+        for folder in _folders_of(path):
+            counts = self._below.setdefault(folder, {})
+            counts[rank] = counts.get(rank, 0) + delta
+            if not counts[rank]:
+                del counts[rank]
+                if not counts:
+                    del self._below[folder]
+            self._recheck(folder)
+        self._recheck(path)
+
+    def _recheck(self, path: str) -> None:
+        # A store holding both `a` and `a/b` collides with nobody but another store.
+        files = self._holders.get(path)
+        if files and len(set(files) | set(self._below.get(path, ()))) > 1:
+            self._suspects.add(path)
+        else:
+            self._suspects.discard(path)
 
 
 def _folders_of(path: str) -> Iterator[str]:

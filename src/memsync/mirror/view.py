@@ -16,7 +16,7 @@ import pygit2
 from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 
 from memsync.errors import MirrorError, UsageError
-from memsync.mirror.checkout import ConflictPaths
+from memsync.mirror.checkout import ConflictPaths, _changed_paths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git, run_git
@@ -136,8 +136,7 @@ class View:
                 commit_id = str(commit.id)
                 version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
                 parent = commit.parents[0].tree if commit.parents else mirror.git.tree(None)
-                removed: dict[str, str] = {}
-                added: dict[str, str] = {}
+                removed, added = dict[str, str](), dict[str, str]()
                 for delta in parent.diff_to_tree(commit.tree).deltas:
                     if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
                         removed[decoded(delta.old_file.path)] = str(delta.old_file.id)
@@ -220,12 +219,11 @@ class View:
         """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write."""
         with translated("reading the view's history"):
             hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
-            found = []
-            for commit in self.git.walk(tip, since=hidden):
-                trailers = commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
-                if not any(line.startswith(f"{_VIEW_TRAILER}: ") for line in trailers):
-                    found.append(str(commit.id))
-        return found
+            return [  # a line of the last paragraph (the trailers) is memsync's
+                str(commit.id)
+                for commit in self.git.walk(tip, since=hidden)
+                if f"\n{_VIEW_TRAILER}: " not in "\n" + commit.message.rstrip("\n").split("\n\n")[-1]
+            ]
 
     def edits(self) -> list[tuple[str, str]]:
         """``(tree path, "added", "modified" or "deleted")`` of each difference of the working tree from
@@ -303,7 +301,9 @@ class ViewWriter:
                 conflicts = ConflictPaths()
                 strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
                 strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
-                self._git.checkout(target, strategy=strategy, callbacks=conflicts)
+                # An append checks out only what it changed: a whole tree's check costs its size.
+                changed = None if self._rebuild else sorted(_changed_paths(self._git, expected, tip or ""))
+                self._git.checkout(target, strategy=strategy, callbacks=conflicts, paths=changed)
                 if conflicts.paths:
                     # The index takes main's entry for each skipped file, so git status shows the edit.
                     index = self._git.index()

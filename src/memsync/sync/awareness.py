@@ -834,7 +834,7 @@ class _Build:
         # An append moves the pins at or after its first commit only; a rebuild moves them all.
         self.since = None if not incremental else (first or datetime.max.replace(tzinfo=UTC))
         report.collisions = namespace.collisions()
-        report.files = len(namespace.visible())
+        report.files = len(namespace)
         view.git.state.put(
             "view",
             {
