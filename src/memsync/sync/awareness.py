@@ -509,7 +509,10 @@ def refresh_session(
         statuses = _pull(client, root, usable, pull, report)
         for entry in entries:
             entry["status"] = statuses.get(entry["memory_store_id"], entry["status"])
-        wrote = _session_versions(client, session_id, usable)
+
+        def wrote(tips: dict[str, str | None]) -> list[dict[str, Any]]:
+            return _session_versions(client, root, session_id, tips)
+
     _build(root, spec, report, at=at, wrote=wrote)
     return report
 
@@ -531,22 +534,36 @@ def _recorded_session(root: Path, session_id: str) -> tuple[ViewSpec, list[dict[
     return spec, list(state.get("store_entries", []))
 
 
-def _session_versions(client: Client, session_id: str, store_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """What the session wrote, from the API's ``session_id`` filter, oldest first."""
+# (mirror root, session, store) → the store's mirror tip when its session_id listing was read, and it:
+# a store whose mirror has not moved since holds nothing new the session wrote (the daemon's refreshes).
+_LISTED: dict[tuple[str, str, str], tuple[str | None, list[dict[str, Any]]]] = {}
+
+
+def _session_versions(
+    client: Client, root: Path, session_id: str, tips: dict[str, str | None]
+) -> list[dict[str, Any]]:
+    """What the session wrote, from the API's ``session_id`` filter, oldest first; ``tips``: the
+    mirrors' tips the view is built from."""
     found = []
-    for store_id in store_ids:
-        for version in client.iter_versions(store_id, session_id=session_id):
-            found.append(
-                {
-                    "memory_store_id": store_id,
-                    "version_id": version.id,
-                    "memory_id": version.memory_id,
-                    "operation": version.operation.value,
-                    "memory_path": version.path,
-                    "created_at": _iso(version.created_at),
-                    "moment": version.created_at,
-                }
-            )
+    for store_id, tip in tips.items():
+        listed = _LISTED.get((str(root), session_id, store_id))
+        if listed is not None and listed[0] == tip:
+            found += listed[1]
+            continue
+        entries = [
+            {
+                "memory_store_id": store_id,
+                "version_id": version.id,
+                "memory_id": version.memory_id,
+                "operation": version.operation.value,
+                "memory_path": version.path,
+                "created_at": _iso(version.created_at),
+                "moment": version.created_at,
+            }
+            for version in client.iter_versions(store_id, session_id=session_id)
+        ]
+        _LISTED[(str(root), session_id, store_id)] = (tip, entries)
+        found += entries
     return sorted(found, key=lambda item: (item["moment"], item["version_id"]))
 
 
@@ -628,7 +645,7 @@ def _build(
     report: AwarenessReport,
     *,
     at: datetime | None = None,
-    wrote: list[dict[str, Any]] | None = None,
+    wrote: Callable[[dict[str, str | None]], list[dict[str, Any]]] | None = None,
 ) -> None:
     """Bring the view of ``spec`` up to its stores' mirrors and pin its instants (under its lock)."""
     active = [place.store_id for place in spec.placements if place.refused is None]
@@ -665,7 +682,7 @@ def _build(
             if spec.start_ref:
                 _pin(view, {}, spec.start_ref)
             build.write(None)
-        build.pin(at, wrote)
+        build.pin(at, None if wrote is None else wrote(tips))
 
 
 def _pin(view: View, pins: dict[str, str], prefix: str) -> None:
