@@ -4,54 +4,21 @@ view needs, against the real reference server, on the dialects that have session
 from __future__ import annotations
 
 import abc
+import json
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from memsync.api import Client, NotFound, Session, SessionStore, Store, open_client
+from memsync.api import Client, NotFound, Operation, Session, SessionStore, Store, open_client
 from memsync.errors import UsageError
 from memsync.rules import Dialect
 from tests.api.peers import FAST_RETRY
 from tests.support.server import ServerProcess
-
-SESSION_HEADER = "x-memsync-reference-session"  # the reference server's own (docs/server.md)
-SESSIONS_BETA = "managed-agents-2026-04-01"
-
-
-class Raw:
-    """Plain HTTP to one dialect of the server: what a session (not memsync) does."""
-
-    def __init__(self, server: ServerProcess, dialect: Dialect) -> None:
-        self.dialect = dialect
-        if dialect is Dialect.ANTHROPIC:
-            headers = {"x-api-key": server.token, "anthropic-beta": SESSIONS_BETA}
-            base = "/v1"
-        else:
-            headers = {"Authorization": f"Bearer {server.token}"}
-            base = "/api/v1/cloud"
-        self.http = httpx.Client(base_url=server.base_url + base, headers=headers, timeout=10.0)
-
-    def create_session(self, resources: list[dict[str, Any]]) -> dict[str, Any]:
-        body = {"agent": "agent_tests", "environment_id": "env_tests", "resources": resources}
-        answer = self.http.post("/sessions", json=body)
-        assert answer.status_code in (200, 201), answer.text
-        data: dict[str, Any] = answer.json()
-        return data
-
-    def write_as(self, session_id: str, store_id: str, path: str, content: str) -> dict[str, Any]:
-        wire_path = "/" + path if self.dialect is Dialect.ANTHROPIC else path
-        answer = self.http.post(
-            f"/memory_stores/{store_id}/memories",
-            json={"path": wire_path, "content": content},
-            headers={SESSION_HEADER: session_id},
-        )
-        assert answer.status_code in (200, 201), answer.text
-        data: dict[str, Any] = answer.json()
-        return data
+from tests.support.sessions import SessionActor
 
 
 class SessionContract(abc.ABC):
@@ -63,22 +30,19 @@ class SessionContract(abc.ABC):
             yield client
 
     @pytest.fixture
-    def raw(self, server: ServerProcess) -> Iterator[Raw]:
-        raw = Raw(server, self.dialect)
-        with raw.http:
+    def raw(self, server: ServerProcess) -> Iterator[SessionActor]:
+        with SessionActor(server, self.dialect) as raw:
             yield raw
 
-    def new_store(self, client: Client, name: str = "", description: str = "") -> Store:
+    def new_store(self, client: Client, name: str = "", description: str = "made by tests") -> Store:
         return client.create_store(name or f"session-{uuid.uuid4().hex[:8]}", description=description)
 
-    def test_a_session_reads_back_its_stores_in_order(self, client: Client, raw: Raw) -> None:
+    def test_a_session_reads_back_its_stores_in_order(self, client: Client, raw: SessionActor) -> None:
         first = self.new_store(client, "Team Notes", "what the team knows")
         second = self.new_store(client)
         created = raw.create_session(
-            [
-                {"type": "memory_store", "memory_store_id": second.id, "access": "read_only"},
-                {"type": "memory_store", "memory_store_id": first.id, "instructions": "Check here first."},
-            ]
+            {"memory_store_id": second.id, "access": "read_only"},
+            {"memory_store_id": first.id, "instructions": "Check here first."},
         )
         session = client.get_session(created["id"])
         assert isinstance(session, Session) and session.id == created["id"]
@@ -100,13 +64,13 @@ class SessionContract(abc.ABC):
         with pytest.raises(NotFound, match="sesn_unknown"):
             client.get_session("sesn_unknown")
 
-    def test_versions_filter_on_the_session_that_wrote_them(self, client: Client, raw: Raw) -> None:
+    def test_versions_filter_on_the_session_that_wrote_them(self, client: Client, raw: SessionActor) -> None:
         store = self.new_store(client)
-        session = raw.create_session([{"type": "memory_store", "memory_store_id": store.id}])
-        other = raw.create_session([{"type": "memory_store", "memory_store_id": store.id}])
+        session = raw.create_session(store.id)
+        other = raw.create_session(store.id)
         client.create_memory(store.id, "by/memsync.md", "not a session")
-        raw.write_as(session["id"], store.id, "by/session.md", "the session")
-        raw.write_as(other["id"], store.id, "by/other.md", "another session")
+        raw.write(session["id"], store.id, "by/session.md", "the session")
+        raw.write(other["id"], store.id, "by/other.md", "another session")
         written = list(client.iter_versions(store.id, session_id=session["id"]))
         assert [v.path for v in written] == ["by/session.md"]
         actor = written[0].created_by
@@ -116,6 +80,12 @@ class SessionContract(abc.ABC):
             "by/session.md",
             "by/other.md",
         }
+        memory_id = written[0].memory_id
+        raw.update(session["id"], store.id, memory_id, "the session again")
+        raw.delete(session["id"], store.id, memory_id)
+        history = list(client.iter_versions(store.id, session_id=session["id"]))
+        assert [v.operation for v in history] == [Operation.DELETED, Operation.UPDATED, Operation.CREATED]
+        assert {v.memory_id for v in history} == {memory_id}
 
     def test_versions_created_up_to_an_instant(self, client: Client) -> None:
         store = self.new_store(client)
@@ -137,10 +107,10 @@ class TestCloud(SessionContract):
         # Seed 004 mounts every store flat; the reference gives no mount path unless asked to.
         assert [s.mount_path for s in session.stores] == [None, None]
 
-    def test_a_given_mount_path_is_returned_as_given(self, client: Client, raw: Raw) -> None:
+    def test_a_given_mount_path_is_returned_as_given(self, client: Client, raw: SessionActor) -> None:
         store = self.new_store(client)
-        resource = {"type": "memory_store", "memory_store_id": store.id, "mount_path": "/data/x/../y"}
-        session = client.get_session(raw.create_session([resource])["id"])
+        resource = {"memory_store_id": store.id, "mount_path": "/data/x/../y"}
+        session = client.get_session(raw.create_session(resource)["id"])
         assert session.stores[0].mount_path == "/data/x/../y"
 
 
@@ -159,3 +129,36 @@ def test_forward_has_no_sessions(server: ServerProcess) -> None:
             client.get_session("sesn_any")
         with pytest.raises(UsageError, match="forward"):
             client.iter_versions("memstore_any", session_id="sesn_any")
+
+
+@pytest.mark.parametrize("dialect", [Dialect.CLOUD, Dialect.ANTHROPIC])
+def test_created_before_is_exact_to_the_microsecond(
+    dialect: Dialect, server_factory: Any, tmp_path: Path
+) -> None:
+    path = "/n.md" if dialect is Dialect.ANTHROPIC else "n.md"
+    history = [
+        {"op": "create" if n == 0 else "update", "content": str(n), "at": f"2026-03-01T10:00:00.00{n}Z"}
+        for n in range(3)
+    ]
+    store = {
+        "dialect": dialect.value,
+        "name": "timed",
+        "description": "at chosen times",
+        "memories": [{"path": path, "history": history}],
+    }
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps({"stores": [store]}), encoding="utf-8")
+    seeded = server_factory("--seed", str(seed))
+    with open_client(dialect, seeded.base_url, seeded.token) as client:
+        (store_id,) = [s.id for s in client.list_stores()]
+        start = datetime(2026, 3, 1, 10, 0, 0, tzinfo=UTC)
+
+        def contents_up_to(instant: datetime) -> list[str | None]:
+            listed = client.iter_versions(store_id, created_before=instant, full=True)
+            return [content for _, content in client.fetch_contents(store_id, listed)]
+
+        assert contents_up_to(start + timedelta(microseconds=1000)) == ["1", "0"]
+        assert contents_up_to(start + timedelta(microseconds=1999)) == ["1", "0"]
+        assert contents_up_to(start + timedelta(microseconds=999)) == ["0"]
+        assert contents_up_to(start - timedelta(microseconds=1)) == []
+        assert contents_up_to(start + timedelta(seconds=1)) == ["2", "1", "0"]

@@ -122,3 +122,14 @@ def test_the_anthropic_routes_take_either_token_form(schema: dict[str, Any]) -> 
         assert schemes == ({"HTTPBearer", "APIKeyHeader"} if path.startswith("/v1/") else {"HTTPBearer"}), (
             path
         )
+
+
+def test_a_created_session_links_to_its_retrieval(schema: dict[str, Any]) -> None:
+    for base, status, op in ((CLOUD, "201", "cloud_"), ("/v1", "200", "anthropic_")):
+        links = schema["paths"][base + "/sessions"]["post"]["responses"][status]["links"]
+        assert links == {
+            op + "retrieve_session": {
+                "operationId": op + "retrieve_session",
+                "parameters": {"session_id": "$response.body#/id"},
+            }
+        }

@@ -504,9 +504,10 @@ class Client:
         (docs/api-contract.md §6).
 
         ``session_id`` keeps the versions that session wrote (Cloud, Anthropic). ``created_before``
-        keeps those created at or before that instant (``created_at[lte]``, Cloud and Anthropic); the
-        API compares to its own precision, so a caller that needs the exact instant still compares
-        each version's ``created_at``. Forward filters on neither: a :class:`UsageError`.
+        keeps exactly those whose ``created_at`` is at or before that instant (Cloud and Anthropic):
+        the API is asked for ``created_at[lte]`` a millisecond later, so a server that keeps finer
+        times than it prints leaves none out, and the few versions of that last millisecond are
+        dropped here. Forward filters on neither: a :class:`UsageError`.
         """
         params: dict[str, str] = {}
         if memory_id is not None:
@@ -521,12 +522,14 @@ class Client:
         if created_before is not None:
             if created_before.tzinfo is None:
                 raise UsageError("created_before must be a timezone-aware datetime (UTC), not a naive one")
-            params["created_at[lte]"] = self._wire.timestamp_out(created_before.astimezone(UTC))
+            params["created_at[lte]"] = self._wire.timestamp_out(created_before.astimezone(UTC), _FILTER_PAD)
         size = max(1, min(page_size or PAGE_SIZE, PAGE_SIZE))
         if full and self._dialect is Dialect.ANTHROPIC:
             params["view"] = "full"
             size = min(size, FULL_PAGE_SIZE)
         pages = self._pages(self._wire.versions(store_id), params, self._wire.version, size)
+        if created_before is not None:
+            pages = _created_up_to(pages, created_before)
         return VersionListing(pages, what=f"store {store_id}")
 
     def get_version(self, store_id: str, version_id: str) -> MemoryVersion:
@@ -734,6 +737,12 @@ class Client:
         if self.get_store(store_id).archived:
             return refine(exc, StoreArchived, f"store {store_id} is archived: its memories are read-only")
         return exc
+
+
+def _created_up_to(pages: Iterator[Page[MemoryVersion]], instant: datetime) -> Iterator[Page[MemoryVersion]]:
+    for page in pages:
+        kept = [v for v in page.items if v.created_at <= instant]
+        yield page if len(kept) == len(page.items) else page.model_copy(update={"items": kept})
 
 
 def _with_content(memory: Memory, content: str) -> Memory:

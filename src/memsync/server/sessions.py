@@ -69,8 +69,6 @@ def _store_request(resource: MemoryStoreResource) -> SessionStoreRequest:
 
 def _agent(body: AnthropicSessionCreate | CloudSessionCreate) -> tuple[str, int | None]:
     if isinstance(body.agent, str):
-        if not body.agent:
-            raise InvalidRequest("agent", "must be an agent id or an {id, version} object")
         return body.agent, None
     return body.agent.id, body.agent.version
 

@@ -13,6 +13,7 @@ milliseconds; the ``created_at`` of every object is the time encoded in its id (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -202,16 +203,6 @@ class SessionStoreRow:
     name: str
     description: str
     mount_path: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "store_id": self.store_id,
-            "access": self.access,
-            "instructions": self.instructions,
-            "name": self.name,
-            "description": self.description,
-            "mount_path": self.mount_path,
-        }
 
 
 @dataclass(frozen=True)
@@ -1312,13 +1303,15 @@ class Engine:
         metadata: Mapping[str, str] | None = None,
         derive_mounts: bool = False,
         at_ms: int | None = None,
+        session_id: str | None = None,
     ) -> SessionRow:
         """A session with ``stores`` attached, in order; their names and descriptions are copied now.
 
         More than :data:`MAX_SESSION_STORES`, a store twice or instructions too long: 400; a store
         unknown in ``dialect``: 404; an archived one: 409. ``derive_mounts`` gives each store the
         mount path of :func:`derive_mount_paths` (Anthropic); otherwise a store's mount path is the
-        one requested, or None.
+        one requested, or None. ``session_id`` and ``at_ms`` choose the id and creation time (seeds);
+        a chosen id already taken is a 409.
         """
         if len(stores) > MAX_SESSION_STORES:
             raise InvalidRequest(
@@ -1357,7 +1350,12 @@ class Engine:
                 )
                 for index, (store, wanted) in enumerate(zip(rows, stores, strict=True))
             ]
-            session_id, created = self._new_id("sesn_", at_ms)
+            if session_id is None:
+                session_id, created = self._new_id("sesn_", at_ms)
+            else:
+                if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+                    raise Conflict(f"session {session_id} exists already")
+                created = self.now_ms() if at_ms is None else at_ms
             db.execute(
                 "INSERT INTO sessions (id, dialect, agent, agent_version, environment_id, title, metadata,"
                 " stores, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1369,7 +1367,7 @@ class Engine:
                     environment_id,
                     title,
                     json.dumps(dict(metadata or {}), ensure_ascii=False),
-                    json.dumps([a.as_json() for a in attached], ensure_ascii=False),
+                    json.dumps([dataclasses.asdict(a) for a in attached], ensure_ascii=False),
                     created,
                 ),
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, field_validator
 
 # --- schema annotations ------------------------------------------------------------------------
 # These only describe the rules in /openapi.json (so a schema-driven fuzzer generates valid data);
@@ -544,19 +544,35 @@ class AnthropicVersionList(BaseModel):
 StoreAccess = Literal["read_write", "read_only"]
 
 
+def _agent_form(value: Any) -> str:
+    return "id" if isinstance(value, str) else "object"
+
+
+_SESSION_STORES: dict[str, Any] = {"maxItems": 8}
+
+
 class AgentRef(_Request):
     """An agent pinned at a version (the SDKs' alternative to an agent id string)."""
 
     type: Literal["agent"] = "agent"
     id: str = Field(min_length=1)
-    version: int | None = None
+    version: StrictInt | None = Field(default=None, ge=1, le=2**62)
+
+
+# An agent id, or an agent pinned at a version; a refusal names the form it tried (agent.id, agent.object...).
+AgentField = Annotated[
+    Annotated[str, Field(min_length=1), Tag("id")] | Annotated[AgentRef, Tag("object")],
+    Discriminator(_agent_form),
+]
 
 
 class MemoryStoreResource(_Request):
     type: Literal["memory_store"]
     memory_store_id: str = Field(min_length=1)
     access: StoreAccess | None = Field(default=None, description="read_write when left out.")
-    instructions: str | None = Field(default=None, description="At most 4,096 characters.")
+    instructions: str | None = Field(
+        default=None, description="At most 4,096 characters.", json_schema_extra={"maxLength": 4096}
+    )
 
 
 class CloudMemoryStoreResource(MemoryStoreResource):
@@ -567,21 +583,27 @@ class CloudMemoryStoreResource(MemoryStoreResource):
 
 
 class AnthropicSessionCreate(_Request):
-    agent: str | AgentRef
+    agent: AgentField
     environment_id: str = Field(min_length=1)
-    resources: list[MemoryStoreResource] = Field(default_factory=list, description="At most 8 memory stores.")
+    resources: list[MemoryStoreResource] = Field(
+        default_factory=list, description="At most 8 memory stores.", json_schema_extra=_SESSION_STORES
+    )
     title: str | None = None
     metadata: dict[str, str] | None = None
 
 
 class CloudSessionCreate(_Request):
-    agent: str | AgentRef
+    agent: AgentField
     environment_id: str | None = None
     memory_store_ids: list[str] | None = Field(
-        default=None, description="Seed 004's form: each store attached read_write. Excludes resources."
+        default=None,
+        description="Seed 004's form: each store attached read_write. Excludes resources.",
+        json_schema_extra={**_SESSION_STORES, "uniqueItems": True},
     )
     resources: list[CloudMemoryStoreResource] | None = Field(
-        default=None, description="The Qoder SDK's form. Excludes memory_store_ids."
+        default=None,
+        description="The Qoder SDK's form. Excludes memory_store_ids.",
+        json_schema_extra=_SESSION_STORES,
     )
     title: str | None = None
     metadata: dict[str, str] | None = None
