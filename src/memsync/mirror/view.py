@@ -186,12 +186,12 @@ class View:
         return view
 
     @classmethod
-    def open_shared(cls, repository: Path, path: Path, branch: str) -> View:
-        """The view on ``branch`` of the bare ``repository`` such views share (made when absent), checked
-        out in a linked worktree at ``path``. Each branch starts at the same :meth:`empty_commit`."""
+    def open_shared(cls, repository: Path, path: Path, branch: str, root: str | None = None) -> View:
+        """The view on ``branch`` of the bare ``repository`` such views share (made when absent), in a linked
+        worktree at ``path``; each branch starts at the same :meth:`empty_commit` (``root``, if known)."""
         with GitStore(repository, create=None if repository.is_dir() else "bare") as shared:
             shared.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
-            root = cls(shared).empty_commit()
+            root = root or cls(shared).empty_commit()
             if not (path / ".git").is_file():
                 if shared.ref_target(branch) is None:
                     shared.set_ref_if_equals(branch, root, None)

@@ -244,7 +244,15 @@ class ViewSpec:
     def open(self, root: Path) -> View:
         if self.kind == "forward":
             return View.open(self.path(root), create=True)
-        return View.open_shared(root / VIEWS_FOLDER / SHARED_REPOSITORY, self.path(root), self.branch)
+        repository = root / VIEWS_FOLDER / SHARED_REPOSITORY
+        known = _ROOTS.get(str(repository)) if repository.is_dir() else None  # a new one lacks the object
+        view = View.open_shared(repository, self.path(root), self.branch, known)
+        _ROOTS[str(repository)] = view.root or ""
+        return view
+
+
+# The empty-tree commit of each shared repository this process opened: the same object every time.
+_ROOTS: dict[str, str] = {}
 
 
 # --- building the view ------------------------------------------------------------------------------
@@ -939,14 +947,25 @@ class _Build:
                 report.wrote.append(entry)
 
     def _firsts(self) -> dict[str, tuple[datetime, int | None]]:
-        """Each store whose history is truncated: its first version's ``created_at``, and the count."""
+        """Each store whose history is truncated: its first version's ``created_at``, and the count
+        (what a mirror says of its root holds until its tip moves)."""
         firsts: dict[str, tuple[datetime, int | None]] = {}
         for store_id, mirror in self.mirrors.items():
-            facts = mirror.facts(save=False)
-            if facts.truncated and facts.root is not None:
-                first = next(View.store_history(mirror, None, facts.root))
-                firsts[store_id] = (first.version.created_at, facts.truncated)
+            key = (str(mirror.path), self.tips[store_id])
+            if key not in _FIRSTS:
+                facts = mirror.facts(save=False)
+                first = None
+                if facts.truncated and facts.root is not None:
+                    root = next(View.store_history(mirror, None, facts.root))
+                    first = (root.version.created_at, facts.truncated)
+                _FIRSTS[key] = first
+            if (found := _FIRSTS[key]) is not None:
+                firsts[store_id] = found
         return firsts
+
+
+# (mirror, tip) → its first version's created_at and History-Truncated count when truncated, else None.
+_FIRSTS: dict[tuple[str, str | None], tuple[datetime, int | None] | None] = {}
 
 
 def _history_since(view: View, floor: datetime) -> list[tuple[datetime, str, str]]:
