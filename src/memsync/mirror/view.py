@@ -16,7 +16,7 @@ import pygit2
 from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 
 from memsync.errors import MirrorError, UsageError
-from memsync.mirror.checkout import ConflictPaths, _changed_paths
+from memsync.mirror.checkout import ConflictPaths, changed_paths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
 from memsync.mirror.gitbinary import require_git, run_git
@@ -302,7 +302,7 @@ class ViewWriter:
                 strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
                 strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
                 # An append checks out only what it changed: a whole tree's check costs its size.
-                changed = None if self._rebuild else sorted(_changed_paths(self._git, expected, tip or ""))
+                changed = None if self._rebuild else sorted(changed_paths(self._git, expected, tip or ""))
                 self._git.checkout(target, strategy=strategy, callbacks=conflicts, paths=changed)
                 if conflicts.paths:
                     # The index takes main's entry for each skipped file, so git status shows the edit.
