@@ -125,7 +125,9 @@ def crash_round(server: ServerProcess, rng: random.Random, work: Path, tally: Ta
         histories: list[History] = []
         for _ in range(2):
             store = client.create_store(
-                f"soak-crash-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4())
+                f"soak-crash-{uuid.uuid4().hex[:8]}",
+                idempotency_key=str(uuid.uuid4()),
+                description="made by tests",
             )
             histories.append(
                 build_history(client, store, versions=rng.randint(15, 75), seed=rng.randrange(10**6))
@@ -230,7 +232,9 @@ def secrets_round(work: Path, tally: Tally) -> None:
         planned = []
         for dialect in DIALECTS:
             with open_client(Dialect(dialect), server.base_url, token) as client:
-                store = client.create_store(f"soak-leaks-{dialect}", request_id=str(uuid.uuid4()))
+                store = client.create_store(
+                    f"soak-leaks-{dialect}", request_id=str(uuid.uuid4()), description="made by tests"
+                )
                 client.create_memory(store.id, "notes/a.md", "a\n")
             for scenario, code in SCENARIOS.items():
                 run_token = token if scenario == "success" else f"msk-soak-{scenario}-{uuid.uuid4().hex}"
@@ -285,7 +289,7 @@ def push_crash_round(server: ServerProcess, rng: random.Random, work: Path, tall
     """Random edits, pushes killed at random points, one to the end: every write exactly once."""
     dialect = rng.choice([Dialect.FORWARD, Dialect.ANTHROPIC])
     with open_client(dialect, server.base_url, server.token) as client:
-        store = client.create_store(f"soak-push-{uuid.uuid4().hex[:8]}")
+        store = client.create_store(f"soak-push-{uuid.uuid4().hex[:8]}", description="made by tests")
         history = build_history(client, store, versions=rng.randint(10, 40), seed=rng.randrange(10**6))
         config = write_config(work, dialect=dialect.value, base_url=server.base_url, stores=[store.id])
         cli = MemsyncCli(config, server.token)
@@ -371,7 +375,9 @@ def backup_crash_round(server: ServerProcess, rng: random.Random, work: Path, ta
         histories = []
         for _ in range(rng.randint(1, 2)):
             store = client.create_store(
-                f"soak-backup-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4())
+                f"soak-backup-{uuid.uuid4().hex[:8]}",
+                idempotency_key=str(uuid.uuid4()),
+                description="made by tests",
             )
             histories.append(
                 build_history(client, store, versions=rng.randint(5, 30), seed=rng.randrange(10**6))
@@ -438,7 +444,11 @@ def backup_crash_round(server: ServerProcess, rng: random.Random, work: Path, ta
 def daemon_round(server: ServerProcess, work: Path, tally: Tally) -> None:
     """A daemon killed right after pushing one edit, a second edit made while it is down, restarted."""
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        store = client.create_store(f"soak-daemon-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+        store = client.create_store(
+            f"soak-daemon-{uuid.uuid4().hex[:8]}",
+            idempotency_key=str(uuid.uuid4()),
+            description="made by tests",
+        )
         client.create_memory(store.id, "a.md", "a\n")
         client.create_memory(store.id, "b.md", "b\n")
         config = write_config(work, dialect="forward", base_url=server.base_url, stores=[store.id])

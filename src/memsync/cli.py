@@ -18,6 +18,7 @@ import click
 
 from memsync.config import default_config_path
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError, UserError, storage_fault
+from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_ANTHROPIC_VERSIONS
 
 
 def _hoist_config(argv: list[str]) -> tuple[list[str], str | None]:
@@ -104,6 +105,20 @@ def config_path(ctx: click.Context) -> str | None:
     "--version-retention",
     default=None,
     help="Versions older than this disappear (e.g. 30d, 12h, 90s); never a live memory's head.",
+)
+@click.option(
+    "--anthropic-max-memories",
+    default=MAX_ANTHROPIC_MEMORIES,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="The most memories an Anthropic store holds (upstream's limit; lower it to test reaching it).",
+)
+@click.option(
+    "--anthropic-max-versions",
+    default=MAX_ANTHROPIC_VERSIONS,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="The most versions an Anthropic store keeps (upstream's limit; lower it to test reaching it).",
 )
 @click.option(
     "--cloud-paging",
@@ -531,7 +546,11 @@ def sync(
                 client,
                 selection.stores,
                 lambda own, store: run_cycle(
-                    own, store, config.mirror.root, max_delete_share=config.push.max_delete_share
+                    own,
+                    store,
+                    config.mirror.root,
+                    max_delete_share=config.push.max_delete_share,
+                    withhold_over_limit=True,
                 ),
                 jobs=config.fleet.concurrency,
                 done=progress.store_done,

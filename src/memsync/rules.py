@@ -34,6 +34,15 @@ MAX_STORE_METADATA_KEYS_FORWARD = 15  # upstream allows 16; Forward injects crea
 MAX_METADATA_KEYS = 16
 RESERVED_STORE_METADATA_KEY = "created_by"
 
+# Upstream's published limits (docs/api-contract.md §3, §4), held here so the server enforces the
+# numbers the client plans against.
+MAX_CLOUD_STORE_NAME_CHARS = 64
+MAX_ANTHROPIC_MEMORIES = 2_000
+MAX_ANTHROPIC_VERSIONS = 250_000
+# A memory endpoint answers 400 to a request naming both betas.
+ANTHROPIC_MEMORY_BETA = "agent-memory-2026-07-22"
+ANTHROPIC_AGENTS_BETA = "managed-agents-2026-04-01"
+
 # Control characters allowed in content and store text: newline, carriage return, tab. The rest of
 # U+0000-U+001F and U+007F are found with one regular-expression scan: a loop over the characters of
 # 100 KiB in Python took 27 ms, on every write and every content a client checks.
@@ -210,6 +219,37 @@ def check_store_text(field: str, value: object, *, required: bool) -> str:
             f"contains control character U+{ord(value[offset]):04X} at character {offset}",
         )
     return value
+
+
+def max_memories(dialect: Dialect) -> int | None:
+    """The most live memories a store of ``dialect`` holds (None: no published limit)."""
+    return MAX_ANTHROPIC_MEMORIES if dialect is Dialect.ANTHROPIC else None
+
+
+def check_store_name(name: object, dialect: Dialect) -> str:
+    """A store's name as the dialect keeps it: Cloud trims it and allows at most 64 characters."""
+    name = check_store_text("name", name, required=True)
+    if dialect is not Dialect.CLOUD:
+        return name
+    name = name.strip()
+    if len(name) > MAX_CLOUD_STORE_NAME_CHARS:
+        raise RuleViolation(
+            "name",
+            "too_long",
+            f"is {len(name)} characters; a Cloud store's name is at most {MAX_CLOUD_STORE_NAME_CHARS}",
+        )
+    return name
+
+
+def check_new_store(name: object, description: object, dialect: Dialect) -> tuple[str, str]:
+    """A new store's name and description as the dialect keeps them (Cloud requires a description)."""
+    checked = check_store_name(name, dialect)
+    text = check_store_text("description", description, required=False)
+    if dialect is Dialect.CLOUD and text.strip() == "":
+        raise RuleViolation(
+            "description", "required", "Field 'description' is required; say what the store holds"
+        )
+    return checked, text
 
 
 def check_store_metadata(metadata: object, dialect: Dialect, *, patch: bool = False) -> dict[str, str | None]:

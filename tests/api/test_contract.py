@@ -80,7 +80,7 @@ class ClientContract:
         name = f"lost-{uuid.uuid4().hex[:8]}"
         losing = LosingTransport(writes_to("POST", "/memory_stores"))
         with self.losing_client(server, losing) as client:
-            store = client.create_store(name, metadata={"k": "v"})
+            store = client.create_store(name, metadata={"k": "v"}, description="made by tests")
             assert losing.lost and client.retry_count >= 1
             assert [s.id for s in client.list_stores() if s.name == name] == [store.id]
 
@@ -106,7 +106,7 @@ class ClientContract:
         token = server.token
         losing = LosingTransport(writes_to("POST", "/memories"))
         with self.losing_client(server, losing) as client:
-            store = client.create_store(f"logs-{uuid.uuid4().hex[:8]}")
+            store = client.create_store(f"logs-{uuid.uuid4().hex[:8]}", description="made by tests")
             client.create_memory(store.id, "a.md", "text")
             with pytest.raises(NotFound) as caught:
                 client.get_memory(store.id, "mem_nope")
@@ -393,16 +393,37 @@ class TestForward(ClientContract):
 
     def test_the_idempotency_key_makes_a_store_once(self, client: Client) -> None:
         name = f"idem-{uuid.uuid4().hex[:8]}"
-        first = client.create_store(name, idempotency_key=f"key-{name}")
-        assert client.create_store(name, idempotency_key=f"key-{name}").id == first.id
-        by_request = client.create_store(name, request_id=f"req-{name}")
-        assert client.create_store(name, request_id=f"req-{name}").id == by_request.id != first.id
+        first = client.create_store(name, idempotency_key=f"key-{name}", description="made by tests")
+        assert (
+            client.create_store(name, idempotency_key=f"key-{name}", description="made by tests").id
+            == first.id
+        )
+        by_request = client.create_store(name, request_id=f"req-{name}", description="made by tests")
+        assert (
+            client.create_store(name, request_id=f"req-{name}", description="made by tests").id
+            == by_request.id
+            != first.id
+        )
         with pytest.raises(Conflict, match="Idempotency-Key"):
-            client.create_store(name + "-other", idempotency_key=f"key-{name}")
+            client.create_store(name + "-other", idempotency_key=f"key-{name}", description="made by tests")
 
 
 class TestCloud(ClientContract):
     dialect = Dialect.CLOUD
+
+    def test_a_store_needs_a_description_and_a_short_name_checked_before_sending(
+        self, client: Client
+    ) -> None:
+        before = len(list(client.list_stores()))
+        with pytest.raises(RuleViolation, match="Field 'description' is required") as missing:
+            client.create_store(f"bare-{uuid.uuid4().hex[:6]}")
+        assert missing.value.field == "description"
+        with pytest.raises(RuleViolation, match="at most 64") as long:
+            client.create_store("n" * 65, description="d")
+        assert long.value.field == "name"
+        assert len(list(client.list_stores())) == before
+        name = f"trimmed-{uuid.uuid4().hex[:6]}"
+        assert client.create_store(f" {name} ", description="d").name == name
 
 
 class TestAnthropic(ClientContract):

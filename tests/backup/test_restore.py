@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -19,7 +20,7 @@ from memsync.engine.restore_plan import (
     Wanted,
     plan_restore,
 )
-from memsync.rules import Dialect, sha256_hex
+from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_CLOUD_STORE_NAME_CHARS, Dialect, sha256_hex
 from tests.backup.helpers import git, memsync, write_config
 from tests.support.server import ServerProcess
 
@@ -141,7 +142,7 @@ def test_into_an_existing_store_fewest_writes_delete_guard_and_dry_run(
     _, mirror = source
     config = write_config(tmp_path, server.base_url, dialect=Dialect.ANTHROPIC)
     with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
-        target = client.create_store(f"target-{uuid.uuid4().hex[:6]}")
+        target = client.create_store(f"target-{uuid.uuid4().hex[:6]}", description="made by tests")
         client.create_memory(target.id, "c.md", "sea\n")  # already right
         client.create_memory(target.id, "notes/a.md", "stale\n")  # an update
         client.create_memory(target.id, "moved/b.md", "bee\n")  # a rename to notes/deep/b.md
@@ -267,3 +268,83 @@ def test_the_planner_makes_the_fewest_writes_and_rejects_what_the_dialect_cannot
     assert guarded.refused is not None and "--force" in guarded.refused
     assert plan_restore({}, many, dialect=Dialect.FORWARD, delete_others=True, force=True).refused is None
     assert plan_restore({}, many, dialect=Dialect.FORWARD, delete_others=False).actions == ()
+
+
+def _user_commit(mirror: Path, files: dict[str, str], scratch: Path) -> str:
+    """A commit of ``files`` in the mirror's object store that no ref names (a commit of the user's)."""
+    scratch.mkdir()
+    for path, content in files.items():
+        (scratch / path).parent.mkdir(parents=True, exist_ok=True)
+        (scratch / path).write_text(content)
+    env = {"GIT_INDEX_FILE": str(scratch.parent / "index"), "GIT_WORK_TREE": str(scratch)}
+    base = ["git", f"--git-dir={mirror / '.git'}"]
+    subprocess.run([*base, "add", "-A"], env={**os.environ, **env}, check=True)
+    tree = subprocess.run(
+        [*base, "write-tree"], env={**os.environ, **env}, check=True, capture_output=True, text=True
+    )
+    commit = subprocess.run(
+        [*base, "commit-tree", "-m", "many", tree.stdout.strip()], check=True, capture_output=True, text=True
+    )
+    return commit.stdout.strip()
+
+
+def test_a_restore_past_anthropics_memory_limit_writes_nothing_not_even_the_store(
+    server: ServerProcess, tmp_path: Path, source: tuple[str, Path]
+) -> None:
+    _, mirror = source
+    many = {f"m/{n:04d}.md": f"memory {n}\n" for n in range(MAX_ANTHROPIC_MEMORIES + 1)}
+    commit = _user_commit(mirror, many, tmp_path / "files")
+    config = write_config(tmp_path, server.base_url, dialect=Dialect.ANTHROPIC)
+    name = f"too-many-{uuid.uuid4().hex[:6]}"
+    for dry_run in (("--dry-run",), ()):
+        done = restore(config, server.token, str(mirror), "--at", commit, "--new-store", name, *dry_run)
+        assert done.returncode == 1, done.stdout + done.stderr
+        found = entry(done)
+        assert found["ok"] is False and found["done"] == {}
+        error = str(found["error"])
+        for said in ("2001 memories", "2,000", "nothing was written", "1 fewer"):
+            assert said in error, error
+    with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
+        assert [s.id for s in client.list_stores(include_archived=True) if s.name == name] == []
+
+
+def test_a_cloud_restore_keeps_the_description_says_the_source_without_one_and_checks_the_name(
+    server: ServerProcess, tmp_path: Path, source: tuple[str, Path]
+) -> None:
+    _, described = source
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        bare = client.create_store(f"bare-{uuid.uuid4().hex[:6]}", idempotency_key=str(uuid.uuid4()))
+        client.create_memory(bare.id, "a.md", "alpha\n")
+    (tmp_path / "src").mkdir()
+    pulled = memsync(
+        "--config",
+        str(write_config(tmp_path / "src", server.base_url, include=[bare.id])),
+        "pull",
+        env={"MS_TOKEN": server.token},
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    undescribed = tmp_path / "src" / "mirrors" / bare.id
+    config = write_config(tmp_path, server.base_url, dialect=Dialect.CLOUD)
+    with open_client(Dialect.CLOUD, server.base_url, server.token) as client:
+        kept = entry(
+            restore(config, server.token, str(described), "--new-store", f"kept-{uuid.uuid4().hex[:6]}")
+        )
+        assert kept["ok"] is True, kept["error"]
+        assert client.get_store(str(kept["id"])).description == "the team's notes"
+        said = entry(
+            restore(config, server.token, str(undescribed), "--new-store", f"said-{uuid.uuid4().hex[:6]}")
+        )
+        assert said["ok"] is True, said["error"]
+        description = client.get_store(str(said["id"])).description
+        assert description.startswith(f"Restored by memsync from store {bare.name} ({bare.id}) at commit ")
+        assert str(said["commit"])[:12] in description
+        # Cloud trims a name and allows 64 characters of it: a longer one is refused before any write.
+        stores = len(list(client.list_stores(include_archived=True)))
+        long_name = "n" * (MAX_CLOUD_STORE_NAME_CHARS + 1)
+        refused = restore(config, server.token, str(described), "--new-store", long_name)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        error = str(entry(refused)["error"])
+        assert "65 characters" in error and "at most 64" in error and "--new-store" in error
+        assert len(list(client.list_stores(include_archived=True))) == stores
+        trimmed = entry(restore(config, server.token, str(described), "--new-store", f"  {'t' * 64}  "))
+        assert trimmed["ok"] is True and client.get_store(str(trimmed["id"])).name == "t" * 64

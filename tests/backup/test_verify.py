@@ -27,7 +27,9 @@ def client(server: ServerProcess) -> Iterator[Client]:
 @pytest.fixture
 def pulled(client: Client, server: ServerProcess, tmp_path: Path) -> tuple[Store, Path, dict[str, str]]:
     """A store of four versions, pulled; (store, config file, CLI environment)."""
-    store = client.create_store(f"verify-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+    store = client.create_store(
+        f"verify-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()), description="made by tests"
+    )
     a = client.create_memory(store.id, "a.md", "one\n")
     client.create_memory(store.id, "b.md", "bee\n")
     client.update_memory(store.id, a.id, "two\n", expected_sha256=a.content_sha256)

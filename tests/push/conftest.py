@@ -140,9 +140,9 @@ def make_side(server: ServerProcess, tmp_path: Path) -> Iterator[object]:
         clients.append(client)
         name = f"push-{uuid.uuid4().hex[:8]}"
         store = (
-            client.create_store(name, idempotency_key=str(uuid.uuid4()))
+            client.create_store(name, idempotency_key=str(uuid.uuid4()), description="made by tests")
             if dialect is Dialect.FORWARD
-            else client.create_store(name)
+            else client.create_store(name, description="made by tests")
         )
         for path, content in (seed or {}).items():
             client.create_memory(store.id, path, content)

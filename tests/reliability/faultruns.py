@@ -105,7 +105,9 @@ def fault_counts(server: ServerProcess) -> tuple[dict[str, int], int]:
 def _build(server: ServerProcess, dialect: Dialect, versions: int, seed: int) -> History:
     with open_client(dialect, server.base_url, server.token, retry=BUILD_RETRY) as client:
         store = client.create_store(
-            f"faults-{seed}-{uuid.uuid4().hex[:6]}", request_id=f"faults-{uuid.uuid4()}"
+            f"faults-{seed}-{uuid.uuid4().hex[:6]}",
+            request_id=f"faults-{uuid.uuid4()}",
+            description="made by tests",
         )
         return build_history(client, store, versions=versions, seed=seed)
 

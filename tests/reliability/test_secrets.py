@@ -69,10 +69,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, s
         pushed_stores: dict[str, str] = {}  # push and backup runs write: stores of their own
         for dialect in DIALECTS:
             with open_client(Dialect(dialect), server.base_url, token) as client:
-                store = client.create_store(f"leaks-{dialect}", request_id=f"leaks-{uuid.uuid4()}")
+                store = client.create_store(
+                    f"leaks-{dialect}", request_id=f"leaks-{uuid.uuid4()}", description="made by tests"
+                )
                 client.create_memory(store.id, "notes/a.md", "a memory\n")
                 stores[dialect] = store.id
-                store = client.create_store(f"leaks-cmd-{dialect}", request_id=f"leaks-{uuid.uuid4()}")
+                store = client.create_store(
+                    f"leaks-cmd-{dialect}", request_id=f"leaks-{uuid.uuid4()}", description="made by tests"
+                )
                 client.create_memory(store.id, "notes/a.md", "a memory\n")
                 pushed_stores[dialect] = store.id
                 subprocess.run(["git", "init", "-q", "--bare", str(served / f"{store.id}.git")], check=True)

@@ -37,7 +37,7 @@ class Remote:
     def __init__(self, server: ServerProcess, client: Client, dialect: Dialect, folder: Path) -> None:
         self.server, self.client, self.dialect, self.folder = server, client, dialect, folder
         self.store: Store = client.create_store(
-            f"rh-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4())
+            f"rh-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()), description="made by tests"
         )
         self.url = f"memstore::{server.base_url}{PREFIX[dialect]}/memory_stores/{self.store.id}"
         # git finds the helper on PATH, beside the interpreter that runs the tests.

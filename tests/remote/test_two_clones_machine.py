@@ -54,7 +54,7 @@ class TwoClones(RuleBasedStateMachine):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="memsync-clones-"))
         self.client: Client = open_client(self.dialect, self.server.base_url, self.server.token)
-        self.store = self.client.create_store(f"clones-{uuid.uuid4().hex[:8]}")
+        self.store = self.client.create_store(f"clones-{uuid.uuid4().hex[:8]}", description="made by tests")
         self.client.create_memory(self.store.id, "shared.md", "from the start\n")
         self.url = f"memstore::{self.server.base_url}{PREFIX[self.dialect]}/memory_stores/{self.store.id}"
         self.env = {

@@ -32,6 +32,7 @@ SEED = {
         {
             "dialect": "cloud",
             "name": ACTORS_STORE,
+            "description": "versions written by each kind of actor",
             "created_at": "2025-01-01T00:00:00Z",
             "memories": [
                 {

@@ -53,6 +53,7 @@ MISSING_STORE = "memstore_" + "0" * 20
 
 def new_store(managed: Managed, **fields: Any) -> MemoryStore:
     fields.setdefault("name", unique("cloud"))
+    fields.setdefault("description", "made by the SDK tests")
     return managed.memory_stores.create(**fields)
 
 
@@ -121,7 +122,11 @@ def test_store_create_retrieve_update(managed: Managed) -> None:
     assert stores.update(store.id, description="again").name == "renamed"
     assert stores.retrieve(store.id).description == "again"
     refused(lambda: stores.update(store.id, name=""), "name")
-    refused(lambda: stores.create(name=""), "name")
+    refused(lambda: stores.create(name="", description="d"), "name")
+    # Cloud requires a description and keeps names trimmed, at most 64 characters (§3).
+    refused(lambda: stores.create(name="undescribed"), "description")
+    refused(lambda: stores.create(name="x" * 65, description="d"), "name")
+    assert stores.create(name=" trimmed ", description="d").name == "trimmed"
     with pytest.raises(NotFoundError):
         stores.retrieve(MISSING_STORE)
 
@@ -553,7 +558,7 @@ def every_call(managed: Managed) -> Scene:
     old = next(iter(versions.list(store.id, memory_id=memory.id)))
     memories.update(memory.id, memory_store_id=store.id, content="b")
     calls: list[tuple[str, Callable[..., object]]] = [
-        ("memory_stores.create", lambda **kw: stores.create(name=unique("hdr"), **kw)),
+        ("memory_stores.create", lambda **kw: stores.create(name=unique("hdr"), description="d", **kw)),
         ("memory_stores.retrieve", lambda **kw: stores.retrieve(store.id, **kw)),
         ("memory_stores.update", lambda **kw: stores.update(store.id, description="d", **kw)),
         ("memory_stores.list", lambda **kw: stores.list(**kw)),
@@ -585,7 +590,7 @@ def test_workspace_id_is_refused(managed: Managed) -> None:
         refused(lambda call=call: call(workspace_id="wrkspc_other"), "qoder-workspace-id", "workspace_id")
     assert len(list(stores.list(limit=100))) == store_count
     store = stores.retrieve(scene.store.id)
-    assert (store.status, store.description, store.entry_count) == ("active", "", 2)
+    assert (store.status, store.description, store.entry_count) == ("active", "made by the SDK tests", 2)
     assert sorted(m.path for m in memories.list(store.id)) == ["a.md", "gone.md"]
     assert memories.retrieve(scene.memory.id, memory_store_id=store.id).content == "b"
     assert stores.memory_versions.retrieve(scene.old.id, memory_store_id=store.id).content == "a"

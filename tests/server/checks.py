@@ -49,7 +49,12 @@ def forward_store(client: httpx.Client, **fields: Any) -> dict[str, Any]:
 
 
 def cloud_store(client: httpx.Client, **fields: Any) -> dict[str, Any]:
-    return ok(client.post("/memory_stores", json={"name": f"cloud-{next(_names)}", **fields}), 201)
+    return ok(
+        client.post(
+            "/memory_stores", json={"name": f"cloud-{next(_names)}", "description": "a test store", **fields}
+        ),
+        201,
+    )
 
 
 def anthropic_store(client: httpx.Client, **fields: Any) -> dict[str, Any]:

@@ -34,9 +34,16 @@ def test_store_has_the_seed_002_shape_and_needs_no_idempotency_key(cloud: httpx.
     wire.CloudStoreList.model_validate(listed)
     # An Idempotency-Key is optional on Cloud, and honoured when sent: a replay answers 201 too.
     key = {"Idempotency-Key": "cloud-key-" + store["id"]}
-    first = ok(cloud.post("/memory_stores", json={"name": "keyed"}, headers=key), 201)
-    assert ok(cloud.post("/memory_stores", json={"name": "keyed"}, headers=key), 201) == first
-    expect_error(cloud.post("/memory_stores", json={"name": "other"}, headers=key), 409, "conflict_error")
+    first = ok(cloud.post("/memory_stores", json={"name": "keyed", "description": "d"}, headers=key), 201)
+    assert (
+        ok(cloud.post("/memory_stores", json={"name": "keyed", "description": "d"}, headers=key), 201)
+        == first
+    )
+    expect_error(
+        cloud.post("/memory_stores", json={"name": "other", "description": "d"}, headers=key),
+        409,
+        "conflict_error",
+    )
 
 
 def test_memory_carries_an_integer_version_and_put_checks_it(cloud: httpx.Client) -> None:

@@ -32,6 +32,7 @@ def test_old_versions_vanish_over_http_but_live_heads_stay(server_factory: Facto
             {
                 "dialect": dialect,
                 "name": f"retained-{dialect}",
+                "description": "kept for a while",
                 "created_at": _ago(50),
                 "memories": [
                     {
@@ -107,7 +108,7 @@ def test_retention_follows_the_engine_clock(tmp_path: Path) -> None:
     clock = _Clock()
     engine = Engine(tmp_path / "clocked.sqlite3", clock=clock, retention=parse_duration("90s"))
     try:
-        store, _ = engine.create_store(Dialect.CLOUD, name="clocked")
+        store, _ = engine.create_store(Dialect.CLOUD, name="clocked", description="on a test clock")
         memory = engine.create_memory(Dialect.CLOUD, store.id, path="a", content="one")
         first = memory.head_version_id
         clock.now += timedelta(seconds=60)

@@ -78,6 +78,7 @@ SEED: dict[str, Any] = {
         {
             "dialect": "cloud",
             "name": "cloudy",
+            "description": "a Cloud store",
             "memories": [
                 {
                     "path": "a.md",

@@ -37,7 +37,7 @@ ANTHROPIC_SDK_HEADERS = {
     "x-stainless-runtime-version": "3.11.7",
     "x-stainless-async": "false",
     "anthropic-version": "2026-10-21",
-    "anthropic-beta": "managed-agents-2026-04-01,agent-memory-2026-07-22",
+    "anthropic-beta": "agent-memory-2026-07-22",
 }
 CLIENT_FIXTURES = {"forward": "forward", "cloud": "cloud", "anthropic": "anthropic_http"}
 
@@ -55,7 +55,10 @@ def test_the_sdks_default_headers_are_accepted(
     key = {"Idempotency-Key": uuid.uuid4().hex}
     forward_id = ok(forward.post("/memory_stores", json={"name": "h"}, headers={**QCA_HEADERS, **key}))["id"]
     ok(forward.get(f"/memory_stores/{forward_id}", headers=QCA_HEADERS))
-    cloud_id = ok(cloud.post("/memory_stores", json={"name": "h"}, headers={**QCA_HEADERS, **key}), 201)["id"]
+    cloud_id = ok(
+        cloud.post("/memory_stores", json={"name": "h", "description": "d"}, headers={**QCA_HEADERS, **key}),
+        201,
+    )["id"]
     # An empty beta list (betas=[]) asks for nothing.
     ok(cloud.get(f"/memory_stores/{cloud_id}", headers={**QCA_HEADERS, "x-qoder-beta": ""}))
     store = ok(anthropic_http.post("/memory_stores", json={"name": "h"}, headers=ANTHROPIC_SDK_HEADERS))

@@ -45,7 +45,7 @@ def test_a_pull_paged_by_next_page_alone_equals_one_paged_by_after_id(
     by_ids: ServerProcess = server_factory("--cloud-paging", "after-id", db=db)
     auth = {"Authorization": f"Bearer {by_ids.token}"}
     with open_client(Dialect.CLOUD, by_ids.base_url, by_ids.token) as client:
-        store = client.create_store(f"paging-{uuid.uuid4().hex[:6]}")
+        store = client.create_store(f"paging-{uuid.uuid4().hex[:6]}", description="made by tests")
         for n in range(MEMORIES):
             memory = client.create_memory(store.id, f"notes/{n:03d}.md", f"note {n}\n")
             for update in range(UPDATES):

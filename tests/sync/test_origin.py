@@ -36,7 +36,11 @@ def two_stores(server: ServerProcess, tmp_path: Path) -> tuple[Path, list[str], 
     ids = []
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
         for n in range(2):
-            store = client.create_store(f"origin-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))
+            store = client.create_store(
+                f"origin-{uuid.uuid4().hex[:8]}",
+                idempotency_key=str(uuid.uuid4()),
+                description="made by tests",
+            )
             client.create_memory(store.id, f"notes/{n}.md", f"memory {n}\n")
             ids.append(store.id)
     env = {"MS_TOKEN": server.token}

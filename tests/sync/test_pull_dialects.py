@@ -16,7 +16,7 @@ def test_anthropic_rename_moves_the_file_and_actor_is_the_author(
     server: ServerProcess, tmp_path: Path
 ) -> None:
     with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
-        store = client.create_store(f"anthropic-{uuid.uuid4().hex[:6]}")
+        store = client.create_store(f"anthropic-{uuid.uuid4().hex[:6]}", description="made by tests")
         m = client.create_memory(store.id, "notes/a.md", "alpha\n")
         client.rename_memory(store.id, m.id, "archive/a.md", expected_sha256=m.content_sha256)
         client.create_memory(store.id, "empty.md", "")  # Anthropic allows empty content
@@ -40,7 +40,7 @@ def test_anthropic_rename_moves_the_file_and_actor_is_the_author(
 
 def test_cloud_pull_with_integer_versions(server: ServerProcess, tmp_path: Path) -> None:
     with open_client(Dialect.CLOUD, server.base_url, server.token) as client:
-        store = client.create_store(f"cloud-{uuid.uuid4().hex[:6]}")
+        store = client.create_store(f"cloud-{uuid.uuid4().hex[:6]}", description="made by tests")
         m = client.create_memory(store.id, "decisions/arch.md", "v1\n")
         m2 = client.update_memory(store.id, m.id, "v2\n", expected_sha256=m.content_sha256)
         assert m2.version == 2

@@ -56,8 +56,8 @@ from memsync.rules import (
     Dialect,
     check_content,
     check_memory_metadata,
+    check_new_store,
     check_store_metadata,
-    check_store_text,
     sha256_hex,
 )
 
@@ -208,8 +208,8 @@ class Client:
         caller keeps, so that a re-run after a crash sends the same key), else a fresh random key; it is
         the same on every retry of this call.
         """
-        check_store_text("name", name, required=True)
-        check_store_text("description", description, required=False)
+        # Cloud keeps the name trimmed and requires a description: refused here, before any request.
+        name, description = check_new_store(name, description, self._dialect)
         body: dict[str, Any] = {"name": name, "description": description}
         if metadata is not None:
             body["metadata"] = check_store_metadata(metadata, self._dialect)

@@ -34,11 +34,20 @@ from memsync.api._models import (
     StoreStatus,
 )
 from memsync.errors import RuleViolation
-from memsync.rules import Dialect, check_path, sha256_hex, to_absolute, to_relative
+from memsync.rules import (
+    ANTHROPIC_AGENTS_BETA,
+    ANTHROPIC_MEMORY_BETA,
+    Dialect,
+    check_path,
+    sha256_hex,
+    to_absolute,
+    to_relative,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
-ANTHROPIC_BETA = "agent-memory-2026-07-22"
-ANTHROPIC_SESSIONS_BETA = "managed-agents-2026-04-01"
+# Only this one: a memory endpoint also given managed-agents-2026-04-01 answers 400.
+ANTHROPIC_BETA = ANTHROPIC_MEMORY_BETA
+ANTHROPIC_SESSIONS_BETA = ANTHROPIC_AGENTS_BETA  # the sessions endpoints'
 
 # Ids travel in URLs and in commit trailers: anything else than this is refused, never escaped.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}\Z")

@@ -154,13 +154,15 @@ class StoreCycles:
         try:
             with self.client() as client:
                 # Never force: a push that would delete more than push.max_delete_share of the store
-                # is withheld and reported; `memsync push --force` is the user's decision.
+                # is withheld and reported; `memsync push --force` is the user's decision. Creates
+                # past the store's memory limit are withheld too, not an error that pauses the store.
                 report = run_cycle(
                     client,
                     store,
                     root,
                     full_scan=full_scan,
                     max_delete_share=self._config.push.max_delete_share,
+                    withhold_over_limit=True,
                 )
         except MemsyncError as exc:
             return CycleResult(Outcome.ERROR, str(exc))

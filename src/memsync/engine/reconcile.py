@@ -71,6 +71,11 @@ Safety rules applied to the whole plan:
   ``force``, it is withheld whole (a ``revert_withheld`` notice, its paths held). Edits made after the
   rewind, and paths the versions since did not touch, still go. Applied before the delete guard, so
   a withheld revert of a create is not counted as a delete.
+* **Memory limit.** When the store holds at most ``max_memories`` memories (Anthropic: 2,000) and
+  the plan would leave it with more, every unit that creates a memory is withheld (an
+  ``over_limit`` notice naming the limit, the count and what to do, its paths held); the other
+  changes still go. When the plan stays within the limit only because it also deletes, its
+  deletes run before its creates, since the store refuses a create while it is full.
 * **Paths.** Every path a write would create (``Create``, the target of ``Rename``) must pass
   :func:`memsync.rules.check_path` for the dialect, and on Anthropic may not be an ancestor or a
   descendant of another memory's path once the plan has run (the store would answer 409 on every
@@ -301,15 +306,24 @@ class NoticeKind(enum.StrEnum):
     REJECTED = "rejected"  # not pushed: the file breaks a rule, or its path cannot be created
     WITHHELD = "withheld"  # a delete refused by the delete guard; --force overrides
     REVERT_WITHHELD = "revert_withheld"  # would undo versions since main was moved back; --force
+    OVER_LIMIT = "over_limit"  # a create that would pass the store's memory limit; no --force
     CONFLICT_OPEN = "conflict_open"  # not pushed until `memsync resolve`
     RECREATED = "recreated"  # deleted remotely, modified locally: recreated from the checkout
     KEPT_REMOTE = "kept_remote"  # deleted locally, modified remotely: the remote version restored
 
 
 _ATTENTION = frozenset(
-    {NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD, NoticeKind.CONFLICT_OPEN}
+    {
+        NoticeKind.REJECTED,
+        NoticeKind.WITHHELD,
+        NoticeKind.REVERT_WITHHELD,
+        NoticeKind.OVER_LIMIT,
+        NoticeKind.CONFLICT_OPEN,
+    }
 )
-_HOLDING = frozenset({NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD})
+_HOLDING = frozenset(
+    {NoticeKind.REJECTED, NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD, NoticeKind.OVER_LIMIT}
+)
 
 
 @dataclass(frozen=True)
@@ -391,11 +405,13 @@ def plan(
     max_delete_share: float = 0.5,
     force: bool = False,
     rewind: Rewind | None = None,
+    max_memories: int | None = None,
 ) -> Plan:
     """Plan the reconciliation of the checkout (``local``) with the store (``remote``) since ``base``.
 
-    ``rewind``: ``main`` was moved back in history (the rewind guard). Deterministic: the same
-    snapshots give the same plan, whatever the mappings' order.
+    ``rewind``: ``main`` was moved back in history (the rewind guard). ``max_memories``: the most
+    memories the store holds (:func:`memsync.rules.max_memories`; None: no limit). Deterministic:
+    the same snapshots give the same plan, whatever the mappings' order.
     """
     if not 0.0 <= max_delete_share <= 1.0:
         raise ValueError(f"max_delete_share must be between 0 and 1, not {max_delete_share!r}")
@@ -439,12 +455,15 @@ def plan(
         _guard_rewind(units, local, rewind)
     _guard_deletes(units, len(remote), max_delete_share, force)
     _check_created_paths(units, remote, dialect)
+    deletes_first = False
+    if max_memories is not None:
+        deletes_first = _guard_limit(units, len(remote), max_memories, dialect)
 
     for unit in units:
         notices.extend(unit.notices)
         if any(n.kind in _HOLDING for n in unit.notices):
             held.update(unit.paths)
-    actions = _order([a for u in units for a in u.actions], dialect)
+    actions = _order([a for u in units for a in u.actions], dialect, deletes_first=deletes_first)
     notices.sort(key=lambda n: (n.path, n.kind.value))
     return Plan(actions=actions, notices=tuple(notices), held=frozenset(held))
 
@@ -649,6 +668,33 @@ def _guard_deletes(units: list[_Unit], store_size: int, share: float, force: boo
         unit.notices.append(Notice(unit.paths[0], NoticeKind.WITHHELD, reason))
 
 
+def _guard_limit(units: list[_Unit], store_size: int, limit: int, dialect: Dialect) -> bool:
+    """Withhold every unit that creates a memory when the plan would leave more than ``limit``
+    memories; True when the plan fits only if its deletes run before its creates."""
+    creates = sum(isinstance(a, Create) for u in units for a in u.actions)
+    deletes = sum(isinstance(a, Delete) for u in units for a in u.actions)
+    after = store_size + creates - deletes
+    if after > limit:
+        reason = over_limit_reason(store_size, creates, after, limit, dialect)
+        for unit in units:
+            if any(isinstance(a, Create) for a in unit.actions):
+                unit.actions.clear()
+                unit.notices.clear()
+                unit.notices.extend(Notice(path, NoticeKind.OVER_LIMIT, reason) for path in unit.paths)
+        return False
+    return store_size + creates > limit
+
+
+def over_limit_reason(holds: int, creates: int, after: int, limit: int, dialect: Dialect) -> str:
+    """The sentence for a push whose creates would pass the store's memory limit."""
+    return (
+        f"not created: the store holds {holds} memories and this push would create {creates}, leaving"
+        f" {after}, more than the {limit:,} a store can hold on the {dialect.value} dialect; delete at least"
+        f" {after - limit} memories (remove their files) or move the new files to another store, then"
+        " push again"
+    )
+
+
 def _written_paths(action: Action) -> tuple[str, ...]:
     """The memory paths a store write changes in the store (none for a checkout action)."""
     if isinstance(action, Rename):
@@ -778,8 +824,13 @@ _PHASE: dict[type, int] = {
 }
 
 
-def _order(actions: list[Action], dialect: Dialect) -> tuple[Action, ...]:
-    ordered = sorted(actions, key=lambda a: (_PHASE[type(a)], a.path))
+def _order(actions: list[Action], dialect: Dialect, *, deletes_first: bool = False) -> tuple[Action, ...]:
+    def key(action: Action) -> tuple[int, str]:
+        # A create-then-delete rename keeps its order: its delete frees no room.
+        early = deletes_first and isinstance(action, Delete) and action.moved_to is None
+        return (0 if early else _PHASE[type(action)], action.path)
+
+    ordered = sorted(actions, key=key)
     if dialect is Dialect.ANTHROPIC:
         # Store writes sort first; only they are reordered, so checkout writes stay at the end.
         writes = sum(isinstance(a, Create | Update | Delete | Rename | Merge) for a in ordered)
@@ -883,5 +934,6 @@ __all__ = [
     "Update",
     "WriteCheckout",
     "next_base",
+    "over_limit_reason",
     "plan",
 ]

@@ -27,6 +27,11 @@ is left alone rather than deleted.
 and more than ``max_delete_share`` of the store's memories refuse the plan (``refused`` says why and
 names ``--force``) unless ``force``.
 
+**Memory limit**: a plan that would leave the store with more than ``max_memories`` memories
+(Anthropic: 2,000) is refused whole (``refused`` names the limit, the count and what to do);
+``--force`` does not lift it. A plan that fits only because it also deletes runs its deletes first,
+since the store refuses a create while it is full.
+
 **Order.** On Anthropic, a write that frees a path (a delete, a rename's source) runs before a write
 that occupies a path clashing with it, since the store refuses the clash. Otherwise: renames,
 creates, updates, then deletes, so an interrupted restore has added before it removed. Within a kind,
@@ -120,8 +125,10 @@ def plan_restore(
     delete_others: bool,
     max_delete_share: float = 0.5,
     force: bool = False,
+    max_memories: int | None = None,
 ) -> RestorePlan:
-    """The fewest writes that make ``present`` equal to ``wanted`` (see the module docstring)."""
+    """The fewest writes that make ``present`` equal to ``wanted`` (see the module docstring);
+    ``max_memories`` is the most the store holds (:func:`memsync.rules.max_memories`)."""
     if not 0.0 <= max_delete_share <= 1.0:
         raise ValueError(f"max_delete_share must be between 0 and 1, not {max_delete_share!r}")
     rejected = _rejections(wanted, dialect)
@@ -154,7 +161,18 @@ def plan_restore(
             f" {max_delete_share:.0%} of it (push.max_delete_share); nothing was written. If that is what"
             " you want, run again with --force"
         )
-    actions = _order(renames, list(creates.values()), updates, list(deletes.values()), dialect)
+    after = len(present) + len(creates) - len(deletes)
+    if max_memories is not None and after > max_memories:
+        refused = (
+            f"this restore would leave the store with {after} memories, more than the {max_memories:,}"
+            f" a store can hold on the {dialect.value} dialect; nothing was written. Restore a commit that"
+            f" holds at most {max_memories:,} memories (this one needs {after - max_memories} fewer), or"
+            " restore into a store of a dialect without this limit"
+        )
+    deletes_first = max_memories is not None and len(present) + len(creates) > max_memories
+    actions = _order(
+        renames, list(creates.values()), updates, list(deletes.values()), dialect, deletes_first=deletes_first
+    )
     counts = {
         "create": len(creates),
         "update": len(updates),
@@ -231,10 +249,14 @@ def _order(
     updates: list[UpdateMemory],
     deletes: list[DeleteMemory],
     dialect: Dialect,
+    *,
+    deletes_first: bool = False,
 ) -> tuple[Action, ...]:
     first: list[DeleteMemory] = []
     last = deletes
-    if dialect is Dialect.ANTHROPIC:
+    if deletes_first:
+        first, last = deletes, []
+    elif dialect is Dialect.ANTHROPIC:
         occupied = {c.path for c in creates} | {r.new_path for r in renames}
         occupied_sorted = sorted(occupied)
         first = [d for d in deletes if _clashes_with(d.path, occupied, occupied_sorted)]

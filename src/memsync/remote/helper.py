@@ -272,10 +272,10 @@ class RemoteHelper:
                 f"{r['path']}: {r['reason']}" for r in waiting.rejected
             )
         elif waiting.withheld and not forced:
-            refusal = (
-                "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
-                + " (git push --force sends it)"
-            )
+            refusal = "; ".join(f"{r['path']}: {r['reason']}" for r in waiting.withheld)
+            # The guards --force lifts say so; the store's memory limit holds whatever the flag.
+            if any("--force" in r["reason"] for r in waiting.withheld):
+                refusal += " (git push --force sends it)"
         if refusal is not None:
             # The private checkout back at the store's tip: a later fetch finds it clean.
             self.clone.discard_local()

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from memsync.rules import Dialect
+from memsync.rules import ANTHROPIC_AGENTS_BETA, ANTHROPIC_MEMORY_BETA, Dialect
 
 from .clock import format_ms, format_optional_ms
 from .envelope import JsonAnswer, error_responses
@@ -135,8 +135,19 @@ PathPageToken = Query(
 _GUARD = RequestGuard(ANTHROPIC_HEADERS, also_accepted=frozenset({"beta"}))
 
 
+async def _one_memory_beta(request: Request) -> None:
+    """A memory endpoint refuses a request naming both of its betas, as upstream does (§4)."""
+    named = {part.strip() for value in request.headers.getlist("anthropic-beta") for part in value.split(",")}
+    if {ANTHROPIC_MEMORY_BETA, ANTHROPIC_AGENTS_BETA} <= named:
+        raise InvalidRequest(
+            "anthropic-beta",
+            f"names both {ANTHROPIC_AGENTS_BETA} and {ANTHROPIC_MEMORY_BETA}; a memory endpoint takes one"
+            f" of them: send {ANTHROPIC_MEMORY_BETA} alone",
+        )
+
+
 def build_router(engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["anthropic"], dependencies=[Depends(_GUARD)])
+    router = APIRouter(tags=["anthropic"], dependencies=[Depends(_GUARD), Depends(_one_memory_beta)])
     op = "anthropic_"
 
     # Stores -----------------------------------------------------------------------------------

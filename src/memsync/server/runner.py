@@ -16,13 +16,14 @@ import platformdirs
 import uvicorn
 
 from memsync.errors import EnvironmentProblem, UsageError
+from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_ANTHROPIC_VERSIONS
 
 from .app import create_app
 from .clock import parse_duration
 from .faults import TransportExposingH11Protocol
 from .qoder import CLOUD_PAGING, CloudPaging
 from .seeding import load_seed_file
-from .storage import Engine
+from .storage import Engine, StoreLimits
 
 log = logging.getLogger("memsync.server")
 
@@ -170,6 +171,8 @@ def run(
     fault_seed: int | None,
     version_retention: str | None,
     cloud_paging: CloudPaging = "both",
+    anthropic_max_memories: int = MAX_ANTHROPIC_MEMORIES,
+    anthropic_max_versions: int = MAX_ANTHROPIC_VERSIONS,
 ) -> None:
     """Serve the reference Memory Store until SIGTERM or SIGINT (then return normally).
 
@@ -188,7 +191,8 @@ def run(
     except OSError as exc:
         raise EnvironmentProblem(f"cannot create the folder for --db {db_path}: {exc.strerror}") from None
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="memsync server: %(message)s")
-    engine = Engine(db_path, retention=retention)
+    limits = StoreLimits(memories=anthropic_max_memories, versions=anthropic_max_versions)
+    engine = Engine(db_path, retention=retention, limits=limits)
     try:
         if seed_file is not None:
             load_seed_file(engine, seed_file)

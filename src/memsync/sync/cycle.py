@@ -99,6 +99,7 @@ def run_cycle(
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
     skip_versions: frozenset[str] = frozenset(),
     pulled: PullReport | None = None,
+    withhold_over_limit: bool = False,
 ) -> CycleReport:
     """Pull, reconcile and push one store; errors end up in the report, never raised.
 
@@ -108,6 +109,10 @@ def run_cycle(
     pull the caller made moments ago (git's ``list for-push`` before a push): the cycle builds on
     it instead of listing the store again. Nothing is lost if the store moved since: every write
     carries its precondition, and a store that moved is a conflict, as in any cycle.
+
+    Creates that would pass the store's memory limit (Anthropic: 2,000) refuse the whole push before
+    any write (``memsync push``, a clone's push); ``withhold_over_limit`` (``sync``, the daemon)
+    withholds them instead, named in ``status``, while the other changes go.
     """
     try:
         with store_lock(root, store.id):
@@ -129,6 +134,7 @@ def run_cycle(
                     force=force,
                     max_delete_share=max_delete_share,
                     skip_versions=skip_versions,
+                    withhold_over_limit=withhold_over_limit,
                 )
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
@@ -169,6 +175,7 @@ def _push(
     force: bool,
     max_delete_share: float,
     skip_versions: frozenset[str],
+    withhold_over_limit: bool,
 ) -> None:
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
@@ -203,6 +210,7 @@ def _push(
                 import_new_versions,
                 force=force,
                 max_delete_share=max_delete_share,
+                withhold_over_limit=withhold_over_limit,
             )
             pull.tip = mirror.tip()
     except MemsyncError as exc:

@@ -61,12 +61,21 @@ from memsync.engine.reconcile import (
     next_base,
     plan,
 )
-from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, MirrorError, storage_fault
+from memsync.errors import (
+    EXIT_ATTENTION,
+    EXIT_BLOCKED,
+    EXIT_OK,
+    MemsyncError,
+    MirrorError,
+    UserError,
+    storage_fault,
+)
 from memsync.mirror import Merger, Mirror, Snapshots
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
 from memsync.mirror.snapshots import SnapshotEntry
 from memsync.mirror.worktree import CheckoutChange, WorktreeChanged, WorktreeScan
+from memsync.rules import max_memories
 from memsync.sync.outputs import PushOutput
 from memsync.sync.pull import mirror_path
 from memsync.sync.report import StoreReport
@@ -187,7 +196,7 @@ def report_notices(mirror: Mirror, report: PushReport, done: Plan, scan: Worktre
         entry = {"path": working_tree_path(mirror, notice.path), "reason": notice.reason}
         if notice.kind is NoticeKind.REJECTED:
             report.rejected.append(entry)
-        elif notice.kind in (NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD):
+        elif notice.kind in (NoticeKind.WITHHELD, NoticeKind.REVERT_WITHHELD, NoticeKind.OVER_LIMIT):
             report.withheld.append(entry)
         elif notice.kind is not NoticeKind.CONFLICT_OPEN:
             report.notices.append({**entry, "kind": notice.kind.value})
@@ -233,6 +242,7 @@ class _Execution:
         *,
         force: bool,
         max_delete_share: float,
+        withhold_over_limit: bool,
     ) -> None:
         self.client = client
         self.store = store
@@ -241,6 +251,7 @@ class _Execution:
         self.importer = importer
         self.force = force
         self.max_delete_share = max_delete_share
+        self.withhold_over_limit = withhold_over_limit
         self.dialect = client.dialect
         self.snaps = Snapshots(mirror)
         self.merger = Merger()
@@ -303,7 +314,16 @@ class _Execution:
                 max_delete_share=self.max_delete_share,
                 force=self.force,
                 rewind=rewind,
+                max_memories=max_memories(self.dialect),
             )
+            over = [n for n in current.notices if n.kind is NoticeKind.OVER_LIMIT]
+            if over and not self.withhold_over_limit:
+                # A push (not a sync) is refused whole, so the user decides what the store keeps.
+                named = ", ".join(working_tree_path(self.mirror, n.path) for n in over[:3])
+                more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+                raise UserError(
+                    f"nothing was pushed to store {self.store.id}: {named}{more}: {over[0].reason}"
+                )
             writes = [a for a in current.actions if isinstance(a, Create | Update | Delete | Rename | Merge)]
             if writes and self.store.archived:
                 self.report.fail(archived_message(self.store))
@@ -615,14 +635,24 @@ def reconcile(
     *,
     force: bool = False,
     max_delete_share: float = DEFAULT_MAX_DELETE_SHARE,
+    withhold_over_limit: bool = False,
 ) -> None:
     """Reconcile the checkout with the store; the caller holds the store lock and has pulled.
 
     Errors end up in ``report`` (never raised). ``importer`` imports new versions (a pull).
+    Creates that would pass the store's memory limit refuse the whole push before any write, or,
+    ``withhold_over_limit`` (a sync), are withheld while the other changes go.
     """
     try:
         _Execution(
-            client, store, mirror, report, importer, force=force, max_delete_share=max_delete_share
+            client,
+            store,
+            mirror,
+            report,
+            importer,
+            force=force,
+            max_delete_share=max_delete_share,
+            withhold_over_limit=withhold_over_limit,
         ).run()
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
@@ -699,6 +729,7 @@ def _predict(
         max_delete_share=max_delete_share,
         force=force,
         rewind=rewind_of(base_ref, snaps),
+        max_memories=max_memories(client.dialect),
     )
     predicted = report.predicted
     for action in current.actions:

@@ -46,7 +46,9 @@ from memsync.rules import (
     Dialect,
     check_memory_metadata,
     check_store_metadata,
+    check_store_name,
     decode_content,
+    max_memories,
 )
 from memsync.sync.outputs import RestoreOutput
 from memsync.sync.report import Outcome, Reported
@@ -146,10 +148,16 @@ def _restore(
     store: Store | None
     key = ""
     if new_name is not None:
+        # Cloud keeps names trimmed and at most 64 characters: refused here, before anything is written.
+        try:
+            new_name = check_store_name(new_name, dialect)
+        except RuleViolation as exc:
+            raise UsageError(
+                f"--new-store {new_name!r}: the {exc.field} {exc.detail}; choose another"
+            ) from None
+        report.name = new_name
         key = _restore_key(repo, store_document, commit, new_name, dialect)
         store = _find_restored_store(client, state_dir, key, new_name)
-        if store is None and not report.dry_run:
-            store = _create_store(client, state_dir, key, new_name, store_document, report)
     else:
         assert report.id is not None
         try:
@@ -174,6 +182,7 @@ def _restore(
         delete_others=new_name is None,
         max_delete_share=share,
         force=force,
+        max_memories=max_memories(dialect),
     )
     report.planned = plan.counts
     report.rejected += [{"path": r.path, "reason": r.reason} for r in plan.rejected]
@@ -183,7 +192,11 @@ def _restore(
         return
     if report.dry_run:
         return
-    assert store is not None
+    if store is None:
+        # Only once the plan holds: a refused restore leaves no empty store behind.
+        assert new_name is not None
+        store = _create_store(client, state_dir, key, new_name, store_document, commit, report)
+        report.id, report.name = store.id, store.name
     _execute(client, store, plan, blobs, repo, dialect, report)
     if new_name is not None:
         _record(state_dir, key, store, done=True)
@@ -280,10 +293,14 @@ def _create_store(
     key: str,
     name: str,
     document: dict[str, Any] | None,
+    commit: str,
     report: RestoreReport,
 ) -> Store:
     dialect = client.dialect
     description = document.get("description") if document else None
+    if dialect is Dialect.CLOUD and not (isinstance(description, str) and description.strip()):
+        # Cloud requires a description; the source's is kept, and only a source without one gets this.
+        description = _restored_from(document, commit)
     metadata = dict(document.get("metadata") or {}) if document else {}
     # created_by is set by a Forward server, never by a caller: it is not the store's own metadata.
     metadata.pop(RESERVED_STORE_METADATA_KEY, None)
@@ -297,6 +314,18 @@ def _create_store(
     crash_point("restore.store_created")
     _record(state_dir, key, store, done=False)
     return store
+
+
+def _restored_from(document: dict[str, Any] | None, commit: str) -> str:
+    """A description that says where a restored store came from."""
+    source = ""
+    if document:
+        name, store_id = document.get("name"), document.get("id")
+        if isinstance(name, str) and name.strip():
+            source = f" {name.strip()}"
+        if isinstance(store_id, str):
+            source += f" ({store_id})" if source else f" {store_id}"
+    return f"Restored by memsync from store{source or ' history'} at commit {commit[:12]}"
 
 
 def _with_marker(

@@ -19,7 +19,7 @@ from memsync.errors import EXIT_ATTENTION, EXIT_BLOCKED, EXIT_OK, MemsyncError, 
 from memsync.mirror import Mirror, Snapshots
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
-from memsync.rules import Dialect
+from memsync.rules import Dialect, max_memories
 from memsync.sync.outputs import StatusOutput
 from memsync.sync.push import (
     DEFAULT_MAX_DELETE_SHARE,
@@ -153,6 +153,7 @@ def _fill(mirror: Mirror, dialect: Dialect, max_delete_share: float, report: Sta
         open_conflicts=set(records),
         max_delete_share=max_delete_share,
         rewind=rewind_of(base_ref, snaps),
+        max_memories=max_memories(dialect),
     )
     notes = PushReport(id=report.id)
     report_notices(mirror, notes, current, scan)
