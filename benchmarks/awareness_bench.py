@@ -60,7 +60,8 @@ def write_seed(path: Path, stores: int, memories: int, versions: int) -> None:
             for k in range(1 + (1 if n < updates else 0)):
                 clock += 1
                 at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock))
-                history.append({"op": "create" if k == 0 else "update", "content": f"# {n}\n{body}v{k}\n", "at": at})
+                op = "create" if k == 0 else "update"
+                history.append({"op": op, "content": f"# {n}\n{body}v{k}\n", "at": at})
             seed_memories.append({"path": f"/area{n % 10}/topic{n % 7}/note{n:05d}.md", "history": history})
         seeded.append({"dialect": "anthropic", "name": f"bench store {s}", "memories": seed_memories})
     path.write_text(json.dumps({"stores": seeded}))
@@ -92,7 +93,8 @@ def pull_all(folder: Path, base_url: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--stores", type=int, default=8)
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--versions", type=int, default=20000)
@@ -122,7 +124,8 @@ def run(work: Path, base_url: str, args: argparse.Namespace) -> None:
             folder.mkdir()
             pulls.append(pull_all(folder, base_url))
         pulled = work / "pull0" / "mirrors"
-        print(f"memsync pull of every store (loopback, whole process): median {statistics.median(pulls):.2f} s")
+        pulled_s = statistics.median(pulls)
+        print(f"memsync pull of every store (loopback, whole process): median {pulled_s:.2f} s")
 
         headers = {"x-api-key": TOKEN, "anthropic-beta": SESSIONS_BETA}
         resources = [{"type": "memory_store", "memory_store_id": sid} for sid in stores]
@@ -155,7 +158,8 @@ def run(work: Path, base_url: str, args: argparse.Namespace) -> None:
             report = refresh_session(client, root, session_id, pull=lambda store_id: False)
             appends.append(time.perf_counter() - started)
             assert report.commits == 1 and not report.rebuilt, (report.commits, report.rebuilt, report.reason)
-        print(f"one new version appended (in-process): median {statistics.median(appends) * 1000:.0f} ms (target <= 100)")
+        appended_ms = statistics.median(appends) * 1000
+        print(f"one new version appended (in-process): median {appended_ms:.0f} ms (target <= 100)")
 
 
 if __name__ == "__main__":
