@@ -9,7 +9,7 @@ One run, against the local reference server (Anthropic dialect) on loopback:
    in-process (``refresh_session`` told to pull nothing: the session read, the ``session_id``
    listing of what it wrote, the view's history written, its start pinned), median of ``--rounds``
    builds into fresh folders (target: at most 0.5 x the pull);
-3. writes one new version to one store, pulls it, and times the build that appends it to the view,
+3. writes one new version (an update) to one store, pulls it, and times the build that appends it to the view,
    in-process (target: at most 0.1 s), median of ``--rounds`` appends.
 
     python benchmarks/awareness_bench.py [--stores 8] [--memories 2000] [--versions 20000] [--rounds 3]
@@ -152,7 +152,10 @@ def run(work: Path, base_url: str, args: argparse.Namespace) -> None:
         appends = []
         store = client.get_store(stores[0])
         for n in range(args.rounds):
-            client.create_memory(store.id, f"appended/{n}.md", f"appended {n}\n")
+            # An update: an Anthropic store holds at most 2,000 memories.
+            memory = client.find_memory(store.id, "area0/topic0/note00000.md")
+            assert memory is not None
+            client.update_memory(store.id, memory.id, f"appended {n}\n", expected_sha256=None)
             assert pull_store(client, store, root).ok
             started = time.perf_counter()
             report = refresh_session(client, root, session_id, pull=lambda store_id: False)

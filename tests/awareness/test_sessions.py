@@ -46,7 +46,9 @@ class Sessions:
         self.http = httpx.Client(base_url=server.base_url + base, headers=headers, timeout=10.0)
 
     def store(self, files: dict[str, str], name: str = "") -> Store:
-        store = self.client.create_store(name or f"aw-{uuid.uuid4().hex[:8]}")
+        store = self.client.create_store(
+            name or f"aw-{uuid.uuid4().hex[:8]}", description="an awareness test store"
+        )
         for path, content in files.items():
             self.client.create_memory(store.id, path, content)
         return store
@@ -348,8 +350,8 @@ def test_a_redaction_repins_and_prunes(tmp_path: Path, server: ServerProcess) ->
 
 def test_views_of_forward_store_lists_and_at(tmp_path: Path, server: ServerProcess) -> None:
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        a = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
-        b = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
+        a = client.create_store(f"aw-{uuid.uuid4().hex[:8]}", description="an awareness test store")
+        b = client.create_store(f"aw-{uuid.uuid4().hex[:8]}", description="an awareness test store")
         client.create_memory(a.id, "same.md", "from a\n")
         client.create_memory(b.id, "same.md", "from b\n")
         report = refresh_stores(client, tmp_path / "mirrors", [b.id, a.id])
@@ -417,7 +419,7 @@ def test_at_before_a_history_retention_cut_is_not_exact(tmp_path: Path, server_f
 
     server = server_factory("--version-retention", "2s")
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
+        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}", description="an awareness test store")
         memory = client.create_memory(store.id, "a.md", "a1\n")
         created = next(iter(client.iter_versions(store.id))).created_at
         client.update_memory(store.id, memory.id, "a2\n", expected_sha256=memory.content_sha256)
@@ -435,7 +437,7 @@ def test_at_before_a_history_retention_cut_is_not_exact(tmp_path: Path, server_f
 def test_forward_at_pins_finer_than_git_dates(tmp_path: Path, server: ServerProcess) -> None:
     """`git rev-list --before` only knows whole seconds; a pin goes by the exact created_at."""
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
-        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}")
+        store = client.create_store(f"aw-{uuid.uuid4().hex[:8]}", description="an awareness test store")
         memory = client.create_memory(store.id, "t.md", "v0\n")
         sha = memory.content_sha256
         # Versions until two fall within one second: the pins tell them apart, git's dates cannot.
