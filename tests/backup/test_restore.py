@@ -175,7 +175,37 @@ def test_into_an_existing_store_fewest_writes_delete_guard_and_dry_run(
             env={"MS_TOKEN": server.token},
         )
         assert text.returncode == 0 and "0 create, 0 update, 0 rename, 0 delete, 4 unchanged" in text.stdout
-        assert "history cannot be recreated" in text.stdout
+        # The store existed: its own versions stay, the restore's writes follow them.
+        assert "history cannot be recreated" not in text.stdout
+        assert "the store keeps its own history" in text.stdout
+        assert len(list(client.iter_versions(target.id))) > 7  # its first versions are still there
+
+
+def test_a_dry_run_into_a_store_that_does_not_exist_prints_its_error_and_no_plan(
+    server: ServerProcess, tmp_path: Path, source: tuple[str, Path]
+) -> None:
+    _, mirror = source
+    config = write_config(tmp_path, server.base_url)
+    for flags in (["--dry-run"], []):
+        text = memsync(
+            "--config",
+            str(config),
+            "restore",
+            str(mirror),
+            "--into-store",
+            "memstore_nosuchstore",
+            *flags,
+            env={"MS_TOKEN": server.token},
+        )
+        assert text.returncode == 2, text.stdout + text.stderr
+        assert "no store memstore_nosuchstore" in text.stdout
+        assert "would restore" not in text.stdout and "restored" not in text.stdout
+        assert "0 create" not in text.stdout and "history" not in text.stdout
+        assert text.stdout.startswith(f"cannot restore {mirror} into memstore_nosuchstore\n")
+        found = entry(
+            restore(config, server.token, str(mirror), "--into-store", "memstore_nosuchstore", *flags)
+        )
+        assert found["planned"] == {} and found["warnings"] == []
 
 
 def test_restore_at_an_older_commit(server: ServerProcess, tmp_path: Path, source: tuple[str, Path]) -> None:

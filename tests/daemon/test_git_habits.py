@@ -82,7 +82,7 @@ def test_once_takes_staged_edits_temporaries_and_ignore_rules_in_its_stride(
     assert git(checkout, "status", "--porcelain") == ""
     # And again: nothing left to do, still no failure.
     code, entry = once(config, server)
-    assert code == EXIT_OK and entry["pushed"] == 0
+    assert code == EXIT_OK and entry["pushed"] == []
 
 
 def test_once_mid_rebase_waits_for_the_user_without_failing(

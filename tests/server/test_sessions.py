@@ -165,6 +165,12 @@ def test_the_sessions_beta_is_required(anthropic_http: httpx.Client) -> None:
         )
     )
     assert ok(anthropic_http.get(f"/sessions/{session['id']}", headers=BETA))["id"] == session["id"]
+    # Both betas are one too many for a memory endpoint, not for the sessions endpoints.
+    both = {"anthropic-beta": "managed-agents-2026-04-01,agent-memory-2026-07-22"}
+    assert ok(anthropic_http.get(f"/sessions/{session['id']}", headers=both))["id"] == session["id"]
+    expect_error(
+        anthropic_http.get(f"/memory_stores/{store['id']}", headers=both), 400, field="anthropic-beta"
+    )
 
 
 def test_an_unknown_session_is_not_found(agent: httpx.Client, cloud: httpx.Client) -> None:

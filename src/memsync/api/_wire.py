@@ -47,7 +47,8 @@ from memsync.rules import (
 ANTHROPIC_VERSION = "2023-06-01"
 # Only this one: a memory endpoint also given managed-agents-2026-04-01 answers 400.
 ANTHROPIC_BETA = ANTHROPIC_MEMORY_BETA
-ANTHROPIC_SESSIONS_BETA = ANTHROPIC_AGENTS_BETA  # the sessions endpoints'
+# The sessions endpoints' beta, sent instead of the memory one there.
+ANTHROPIC_SESSIONS_BETA = ANTHROPIC_AGENTS_BETA
 
 # Ids travel in URLs and in commit trailers: anything else than this is refused, never escaped.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}\Z")

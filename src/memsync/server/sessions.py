@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from memsync.rules import Dialect
+from memsync.rules import ANTHROPIC_AGENTS_BETA, Dialect
 
 from .clock import format_ms
 from .envelope import JsonAnswer, error_responses
@@ -73,7 +73,7 @@ def _agent(body: AnthropicSessionCreate | CloudSessionCreate) -> tuple[str, int 
     return body.agent.id, body.agent.version
 
 
-SESSIONS_BETA = "managed-agents-2026-04-01"
+SESSIONS_BETA = ANTHROPIC_AGENTS_BETA
 
 
 async def require_sessions_beta(request: Request) -> None:

@@ -46,6 +46,17 @@ class PathAction(Output):
     to: str = Field(default="", description="the new path of a rename")
 
 
+class PushedChange(Output):
+    """A change a push wrote to the store: the file (its working-tree spelling), the memory path it
+    stands for, and the operation; ``to`` and ``to_memory_path`` for a rename."""
+
+    path: str
+    memory_path: str
+    action: Literal["create", "update", "delete", "rename", "merge"]
+    to: str = Field(default="", description="the new path of a rename, as spelled in the working tree")
+    to_memory_path: str = Field(default="", description="the new memory path of a rename")
+
+
 class PathOnly(Output):
     path: str
 
@@ -155,7 +166,7 @@ class PushOutput(StoreOutput):
     name: str
     path: str
     dry_run: bool
-    pushed: list[PathAction]
+    pushed: list[PushedChange]
     checkout: list[PathAction]
     conflicts: list[ConflictEntry]
     rejected: list[PathReason]
@@ -171,7 +182,7 @@ class PushOutput(StoreOutput):
 class CycleOutput(PullOutput):
     """One cycle (``sync``, ``push``, ``daemon --once``): the pull's keys, then what the push did."""
 
-    pushed: int
+    pushed: list[PushedChange]
     conflicts: list[PathOnly]
     rejected: list[PathReason]
     withheld: list[PathReason]
