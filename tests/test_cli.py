@@ -16,6 +16,9 @@ from memsync.rules import Dialect
 from memsync.sync.locks import held
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI (or the demo) as a process.
+pytestmark = pytest.mark.e2e
+
 
 def memsync(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None

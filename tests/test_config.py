@@ -49,7 +49,7 @@ def test_bad_toml_is_reported_with_the_file(tmp_path: Path) -> None:
         (lambda c: c["api"].update(dialect="ftp"), "api.dialect"),
         (lambda c: c["api"].update(colour="blue"), "api.colour: unknown key"),
         (lambda c: c["api"].update(base_url="localhost:8765"), "api.base_url: must start with http"),
-        (lambda c: c["api"].update(token_file="/x"), "exactly one of token_env"),
+        (lambda c: c["api"].update(token_file="/x"), "or token_file, not both"),
         (lambda c: c.pop("mirror"), "mirror: required"),
         (lambda c: c.update(daemon={"interval": 5}), "daemon.interval: 5 has no unit"),
         (lambda c: c.update(stores={"system_managed": "some"}), "stores.system_managed"),
@@ -83,6 +83,24 @@ def test_token_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="T is not set") as info:
         config.token()
     assert "s3cret" not in str(info.value)
+
+
+def test_memsync_token_is_the_default_token_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A config with neither token_env nor token_file reads MEMSYNC_TOKEN, as the README shows.
+    data = minimal()
+    del data["api"]["token_env"]  # type: ignore[attr-defined]
+    config = parse_config(data)
+    assert config.api.token_env == "MEMSYNC_TOKEN" and config.api.token_file is None
+    assert config.token_source() == "the environment variable MEMSYNC_TOKEN"
+    monkeypatch.setenv("MEMSYNC_TOKEN", "s3cret\n")
+    assert config.token() == "s3cret"
+    monkeypatch.delenv("MEMSYNC_TOKEN")
+    with pytest.raises(ConfigError, match="MEMSYNC_TOKEN is not set") as info:
+        config.token()
+    assert "token_file" in str(info.value)  # the other way to give it is named too
+    both = minimal(token_file="/x")
+    with pytest.raises(ConfigError, match="not both"):
+        parse_config(both)
 
 
 def test_token_file_must_be_private_and_outside_mirrors(tmp_path: Path) -> None:

@@ -198,6 +198,13 @@ def _emit(document: Any, reports: Sequence[Any], as_json: bool, describe: Any) -
         click.echo(describe(report.to_json()))
 
 
+def _say_if_nothing_listed(config: Any, selection: Any) -> None:
+    """On stderr: a run that found no store at all says where it looked, rather than nothing."""
+    note = selection.nothing_listed(config)
+    if note is not None:
+        click.echo(f"memsync: warning: {note}", err=True)
+
+
 def _print_json(document: Any) -> None:
     """One JSON object: a model of memsync.sync.outputs, serialised as its schema says."""
     import json
@@ -219,7 +226,9 @@ def stores(ctx: click.Context, as_json: bool, shard: str | None) -> None:
     config, shard_source = _sharded_config(ctx, shard)
     in_force = config.fleet.shard
     with client_for(config) as client:
-        selected = {store.id for store in select_stores(client, config).stores}
+        selection = select_stores(client, config)
+        _say_if_nothing_listed(config, selection)
+        selected = {store.id for store in selection.stores}
         listed = list(client.list_stores(include_archived=True))
     from memsync.sync.outputs import StoreRow, StoresListDocument
 
@@ -298,6 +307,7 @@ def pull(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             reports: list[PullReport] = for_each_store(
                 client,
@@ -420,13 +430,13 @@ def _progress(*, enabled: bool, total: int | None = None) -> Any:
 @click.option(
     "--dir",
     "directory",
-    default="memsync-demo",
-    show_default=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for the demo (must be new or empty).",
+    help="Folder for the demo (must be new or empty); default: demo in memsync's data folder"
+    " (~/.local/share/memsync/demo on Linux).",
 )
 @click.pass_context
-def demo(ctx: click.Context, directory: Path) -> None:
+def demo(ctx: click.Context, directory: Path | None) -> None:
     """Start the embedded server with a sample store, pull it into git, and show the history."""
     from memsync.demo import run_demo
 
@@ -462,6 +472,7 @@ def daemon(
 
     if as_json and not once:
         raise UsageError("--json goes with --once (the daemon itself logs; see [log] format)")
+    _leave_logs_to_the_daemon()
     config, _ = _sharded_config(ctx, shard, jobs)
     if once:
         from memsync.sync.outputs import CycleDocument
@@ -506,6 +517,7 @@ def push(ctx: click.Context, store_names: tuple[str, ...], dry_run: bool, force:
     codes: list[int] = []
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         for store in selection.stores:
             if dry_run:
                 predicted = predict_push(
@@ -541,6 +553,7 @@ def sync(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             done: list[CycleReport] = for_each_store(
                 client,
@@ -572,13 +585,18 @@ def _describe_cycle(report: dict[str, Any]) -> str:
     if report["deleted_remotely"]:
         return _not_listed_lines(head, report)
     push = report["push"] or {}
-    parts = [f"imported {report['imported']} version(s)", f"pushed {report['pushed']} change(s)"]
+    parts = [f"imported {report['imported']} version(s)", f"pushed {len(report['pushed'])} change(s)"]
     if push.get("checkout"):
         parts.append(f"{len(push['checkout'])} checkout file(s) written")
     lines = [f"{head}: {', '.join(parts)} -> {report['path']}"]
-    for item in push.get("pushed", []):
-        moved = f" -> {esc(item['to'])}" if "to" in item else ""
-        lines.append(f"  pushed: {item['action']} {esc(item['path'])}{moved}")
+
+    def spelled(path: str, memory_path: str) -> str:
+        """The file, and the memory it stands for where the spelling differs."""
+        return esc(path) + ("" if path == memory_path else f" (memory {esc(memory_path)})")
+
+    for item in report["pushed"]:
+        moved = f" -> {spelled(item['to'], item['to_memory_path'])}" if "to" in item else ""
+        lines.append(f"  pushed: {item['action']} {spelled(item['path'], item['memory_path'])}{moved}")
     for item in push.get("notices", []):
         lines.append(f"  note: {esc(item['path'])}: {esc(item['reason'])}")
     for item in push.get("conflicts", []):
@@ -698,6 +716,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _describe_status(report: dict[str, Any]) -> str:
+    import shlex
+
     from memsync.mirror import escape_for_terminal as esc
 
     head = f"{report['id']} ({esc(report['name'])})" if report["name"] else report["id"]
@@ -741,8 +761,17 @@ def _describe_status(report: dict[str, Any]) -> str:
     for item in report["pending"]:
         moved = f" -> {esc(item['to'])}" if "to" in item else ""
         lines.append(f"  to push: {item['action']} {esc(item['path'])}{moved}")
+    where = shlex.quote(report["path"])
+    if report["pending"] or report["rejected"] or report["withheld"]:
+        lines.append(
+            f"  to discard your local changes, new files too: cd {where} && git reset --hard"
+            " memstore/main && git clean -fd"
+        )
     for ref in report["kept_commits"]:
-        lines.append(f"  kept local commits: {ref}")
+        lines.append(
+            f"  kept local commits: {ref} (not all in the store; drop them: git -C {where} update-ref"
+            f" -d {ref})"
+        )
     if report["error"]:
         lines.append(f"  error: {esc(report['error'])}")
     return "\n".join(lines)
@@ -787,8 +816,12 @@ def resolve(
         [done.output()],
         as_json,
         lambda r: (
-            f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; the next memsync push or sync"
-            " sends it"
+            f"{r['id']}: resolved {esc(r['path'])} {words[r['resolution']]}; "
+            + (
+                "the next memsync push or sync sends it"
+                if done.sends
+                else "the file holds what the store has, so nothing is left to send"
+            )
         ),
     )
 
@@ -888,6 +921,7 @@ def verify(
     config, _ = _sharded_config(ctx, shard, jobs)
     with client_for(config) as client:
         selection = select_stores(client, config, store_names)
+        _say_if_nothing_listed(config, selection)
         with _progress(enabled=not as_json, total=len(selection.stores)) as progress:
             reports = for_each_store(
                 client,
@@ -1045,29 +1079,57 @@ def unmount(ctx: click.Context, identity: str, template: str, store_id: str, as_
 
 
 @cli.command()
-@click.argument("identity")
-@click.argument("template")
+@click.argument("identity", required=False)
+@click.argument("template", required=False)
+@click.option("--stores", "store_list", metavar="ID[,ID...]", help="A view of these stores, in this order.")
+@click.option("--session", "session_id", metavar="ID", help="A view of this session (Anthropic, Cloud).")
+@click.option("--at", "at", metavar="TIME", help="Also pin the view commit current at TIME (RFC 3339).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--strict", is_flag=True, help="Exit 4 when two mounted stores collide on a path.")
+@click.option("--strict", is_flag=True, help="Exit 4 when two stores collide on a path.")
 @click.pass_context
-def awareness(ctx: click.Context, identity: str, template: str, as_json: bool, strict: bool) -> None:
-    """Show what a session of IDENTITY and TEMPLATE sees (Forward): pull every active mounted store and
-    build the read-only git view <mirror.root>/awareness/IDENTITY/TEMPLATE, whose tree is the merged
-    namespace; report every path two stores collide on.
+def awareness(
+    ctx: click.Context,
+    identity: str | None,
+    template: str | None,
+    store_list: str | None,
+    session_id: str | None,
+    at: str | None,
+    as_json: bool,
+    strict: bool,
+) -> None:
+    """Show what a session sees, as a read-only git view; report every path two stores collide on.
 
-    The first holder of a path in mount order wins (the reference's assumption, docs/awareness.md).
-    Nothing in the view is ever pushed: make edits in the stores' checkouts.
+    IDENTITY TEMPLATE (Forward): pull every active mounted store, build <mirror.root>/awareness/IDENTITY/
+    TEMPLATE. --stores ID,... (every dialect): the view a session given these stores would see.
+    --session ID (Anthropic, Cloud): the session's stores laid out as the API says, its start pinned at
+    refs/sessions/ID/start. --at TIME pins the view commit current at TIME under refs/at/.
+    Nothing in a view is ever pushed: make edits in the stores' checkouts (docs/awareness.md).
     """
 
-    from memsync.sync.awareness import describe_awareness, refresh_awareness
+    from memsync.sync import awareness as views
+    from memsync.sync.stores import client_for
 
-    config, client = _forward_client(ctx, identity, template)
-    with client:
-        report = refresh_awareness(client, config.mirror.root, identity, template)
+    forms = [identity is not None, store_list is not None, session_id is not None]
+    if sum(forms) != 1 or (identity is not None) != (template is not None):
+        raise click.UsageError("give IDENTITY TEMPLATE, --stores ID[,ID...] or --session ID (one of them)")
+    moment = None if at is None else views.parse_instant(at)
+    if identity is not None and template is not None:
+        config, client = _forward_client(ctx, identity, template)
+        with client:
+            report = views.refresh_awareness(client, config.mirror.root, identity, template, at=moment)
+    else:
+        config = _load_config(ctx)
+        with client_for(config) as client:
+            if store_list is not None:
+                ids = [part.strip() for part in store_list.split(",")]
+                report = views.refresh_stores(client, config.mirror.root, ids, at=moment)
+            else:
+                assert session_id is not None
+                report = views.refresh_session(client, config.mirror.root, session_id, at=moment)
     if as_json:
         _print_json(report.output())
     else:
-        click.echo(describe_awareness(report))
+        click.echo(views.describe_awareness(report))
     ctx.exit(report.exit_code_for(strict=strict))
 
 
@@ -1111,21 +1173,71 @@ def schema(name: str | None, folder: Path | None) -> None:
 
 
 class _RetryNotes(logging.Filter):
-    """Lets through only the API client's notes of a retry: on a terminal they are the progress of a
-    run that waits for a server (up to a minute of backoff), which would otherwise look hung."""
+    """Lets through the API client's note of a call's first failed attempt (once per text: stores
+    worked on at once fail alike), and, on a terminal, its notes of each retry: the progress of a run
+    that waits for a server (up to a minute of backoff), which would otherwise look hung."""
+
+    def __init__(self, every_retry: bool) -> None:
+        super().__init__()
+        self.every_retry = every_retry
+        self.said: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage().startswith("retrying ")
+        message = record.getMessage()
+        if getattr(record, "first_failure", False):
+            fresh = message not in self.said
+            self.said.add(message)
+            return fresh
+        return self.every_retry and message.startswith("retrying ")
 
 
-def _show_retries() -> None:
+def _show_retries(every_retry: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("memsync: %(message)s"))
-    handler.addFilter(_RetryNotes())
+    handler.addFilter(_RetryNotes(every_retry))
     api_log = logging.getLogger("memsync.api")
+    _drop_handlers(api_log, _RetryNotes)  # main() run again in one process (tests) says each note once
     api_log.addHandler(handler)
-    if api_log.getEffectiveLevel() > logging.INFO:
+    if every_retry and api_log.getEffectiveLevel() > logging.INFO:
         api_log.setLevel(logging.INFO)
+
+
+class _ConfigWarnings(logging.Filter):
+    """Each warning about the configuration once per run (a run may read the token more than once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        fresh = message not in self.said
+        self.said.add(message)
+        return fresh
+
+
+def _show_config_warnings() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("memsync: warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_ConfigWarnings())
+    config_log = logging.getLogger("memsync.config")
+    _drop_handlers(config_log, _ConfigWarnings)
+    config_log.addHandler(handler)
+
+
+def _drop_handlers(logger: logging.Logger, kind: type[logging.Filter]) -> None:
+    for old in [h for h in logger.handlers if any(isinstance(f, kind) for f in h.filters)]:
+        logger.removeHandler(old)
+
+
+def _leave_logs_to_the_daemon() -> None:
+    """The daemon logs every record itself, in its format (JSON lines, perhaps): the notes the command
+    line prints would say them twice, once in another format."""
+    _drop_handlers(logging.getLogger("memsync.config"), _ConfigWarnings)
+    api_log = logging.getLogger("memsync.api")
+    _drop_handlers(api_log, _RetryNotes)
+    api_log.setLevel(logging.NOTSET)
 
 
 def _wants_json(args: list[str]) -> bool:
@@ -1148,8 +1260,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     _skip_httpx_command_line()
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
-    if not as_json and sys.stderr.isatty():
-        _show_retries()
+    _show_retries(every_retry=not as_json and sys.stderr.isatty())
+    _show_config_warnings()
     message: str | None = None
     try:
         args, config = _hoist_config(args)

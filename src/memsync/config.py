@@ -7,11 +7,14 @@ Errors name the key and the fix; the token itself never appears in one.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import ipaddress
+import logging
 import os
 import stat
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,11 @@ from pydantic import (
 from memsync.errors import ConfigError, RuleViolation
 from memsync.locations import default_config_path
 from memsync.rules import Dialect, parse_duration
+
+log = logging.getLogger("memsync.config")
+
+# Where the token is read from when the config names neither api.token_env nor api.token_file.
+DEFAULT_TOKEN_ENV = "MEMSYNC_TOKEN"
 
 
 def _duration(value: object) -> float:
@@ -84,11 +92,19 @@ class ApiConfig(_Section):
     def _expand_bundle(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
-    @model_validator(mode="after")
-    def _one_token_source(self) -> ApiConfig:
-        if (self.token_env is None) == (self.token_file is None):
-            raise ValueError("set exactly one of token_env (an environment variable name) or token_file")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _one_token_source(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("token_env") is not None and data.get("token_file") is not None:
+            raise ValueError(
+                "set token_env (an environment variable name) or token_file, not both: memsync would"
+                " not know which token to send"
+            )
+        if data.get("token_env") is None and data.get("token_file") is None:
+            return {**data, "token_env": DEFAULT_TOKEN_ENV}
+        return data
 
 
 class MirrorConfig(_Section):
@@ -243,17 +259,43 @@ class FleetConfig(_Section):
 
 
 class AwarenessConfig(_Section):
-    """One ``[[awareness]]`` table: an (identity, template) whose merged view the daemon keeps current."""
+    """One ``[[awareness]]`` table, a view the daemon keeps current (docs/awareness.md): an ``identity``
+    and ``template`` (Forward), ``stores`` (every dialect) or a ``session`` (Anthropic, Cloud)."""
 
-    identity: str
-    template: str
+    identity: str | None = None
+    template: str | None = None
+    stores: list[str] | None = None
+    session: str | None = None
 
-    @field_validator("identity", "template")
+    @field_validator("identity", "template", "session")
     @classmethod
-    def _plain_id(cls, value: str) -> str:
-        if value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    def _plain_id(cls, value: str | None) -> str | None:
+        if value is not None and (value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)):
             raise ValueError("must be a non-empty id without control characters, as the API knows it")
         return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AwarenessConfig:
+        pair = self.identity is not None or self.template is not None
+        if pair + (self.stores is not None) + (self.session is not None) != 1 or (
+            pair and (self.identity is None or self.template is None)
+        ):
+            raise ValueError(
+                "an [[awareness]] table takes identity and template (forward), stores = [...] or"
+                ' session = "...": exactly one of them'
+            )
+        if self.stores is not None and (not self.stores or len(set(self.stores)) != len(self.stores)):
+            raise ValueError("stores lists one or more store ids, each once")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The view's name: ``identity/template``, ``stores/<ids>`` or ``sessions/<id>``."""
+        if self.stores is not None:
+            return "stores/" + ",".join(self.stores)
+        if self.session is not None:
+            return f"sessions/{self.session}"
+        return f"{self.identity}/{self.template}"
 
 
 class Config(_Section):
@@ -269,15 +311,22 @@ class Config(_Section):
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _awareness_needs_mounts(self) -> Config:
-        if self.awareness and self.api.dialect is not Dialect.FORWARD:
-            raise ValueError(
-                f"[[awareness]] views need mounts, which only the forward dialect has (api.dialect is"
-                f" {self.api.dialect.value}); remove the [[awareness]] tables"
-            )
-        pairs = [(view.identity, view.template) for view in self.awareness]
-        if len(set(pairs)) != len(pairs):
-            raise ValueError("[[awareness]] names the same identity and template twice; keep one")
+    def _awareness_fits_the_dialect(self) -> Config:
+        forward = self.api.dialect is Dialect.FORWARD
+        for view in self.awareness:
+            if view.identity is not None and not forward:
+                raise ValueError(
+                    f"[[awareness]] with identity and template needs mounts, which only the forward dialect"
+                    f' has (api.dialect is {self.api.dialect.value}); use stores = [...] or session = "..."'
+                )
+            if view.session is not None and forward:
+                raise ValueError(
+                    "[[awareness]] with a session needs the anthropic or cloud dialect; on forward use"
+                    " identity and template, or stores = [...]"
+                )
+        keys = [view.key for view in self.awareness]
+        if len(set(keys)) != len(keys):
+            raise ValueError("[[awareness]] names the same view twice; keep one")
         return self
 
     def with_shard(self, shard: Shard | None) -> Config:
@@ -290,14 +339,20 @@ class Config(_Section):
             return self
         return self.model_copy(update={"fleet": self.fleet.model_copy(update={"concurrency": concurrency})})
 
+    def token_source(self) -> str:
+        """Where :meth:`token` reads the token: what a message may name (never the token)."""
+        if self.api.token_env is not None:
+            return f"the environment variable {self.api.token_env}"
+        return f"api.token_file {self.api.token_file}"
+
     def token(self) -> str:
-        """The API token, from ``token_env`` or ``token_file``."""
+        """The API token, from ``token_env`` (``MEMSYNC_TOKEN`` unless set) or ``token_file``."""
         if self.api.token_env is not None:
             value = os.environ.get(self.api.token_env, "")
             if not value.strip():
                 raise ConfigError(
                     f"api.token_env: the environment variable {self.api.token_env} is not set or empty;"
-                    " export it with your API token"
+                    " export it with your API token (or set api.token_file to a file holding it)"
                 )
             return value.strip()
         assert self.api.token_file is not None
@@ -327,11 +382,45 @@ def read_token_file(path: Path, mirror_root: Path) -> str:
                 " keep it private; move it there (e.g. the platform's config folder)"
             )
     elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
+        if keeps_modes(resolved.parent) is not False:
+            raise ConfigError(f"api.token_file: {path} is readable by group or others; run: chmod 600 {path}")
+        # exFAT, FAT, ntfs-3g without "permissions": every file shows the mount's mode and chmod
+        # changes nothing, so refusing would leave the token unusable there; who may read it is
+        # decided by the mount options (docs/platforms.md).
+        log.warning(
+            "api.token_file: %s is on a filesystem that keeps no permissions (every file there shows"
+            " mode %o, whatever chmod says), so other users of this machine may read the token: keep"
+            " it on a drive that keeps them, or mount this one with uid=<your uid> and umask=077"
+            " (docs/platforms.md)",
+            path,
+            stat.S_IMODE(info.st_mode),
+        )
     value = resolved.read_text(encoding="utf-8").strip()
     if not value:
         raise ConfigError(f"api.token_file: {path} is empty; put your API token in it")
     return value
+
+
+def keeps_modes(folder: Path) -> bool | None:
+    """Whether a mode set on a file in ``folder`` is the mode it then has: False on a filesystem that
+    keeps no mode bits (exFAT, FAT, some NTFS and network mounts), None when no file can be made
+    there to find out."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".memsync-mode-probe-", dir=folder)
+    except OSError:
+        return None
+    try:
+        os.close(handle)
+        os.chmod(name, 0o600)
+        first = stat.S_IMODE(os.stat(name).st_mode)
+        os.chmod(name, 0o640)
+        second = stat.S_IMODE(os.stat(name).st_mode)
+        return (first, second) == (0o600, 0o640)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -260,3 +260,62 @@ def test_anthropic_paths_map_both_ways(segments: list[str]) -> None:
         return  # not NFC, or too long: refused before sending, and never accepted from the API either
     assert wire_path == "/" + relative
     assert ANTHROPIC.path_in(wire_path, "a memory") == relative
+
+
+def _session(*resources: object, **fields: object) -> dict[str, Any]:
+    return {
+        "id": "sesn_1",
+        "type": "session",
+        "created_at": "2026-08-14T10:00:00.123456Z",
+        "resources": list(resources),
+        **fields,
+    }
+
+
+def test_a_session_keeps_its_memory_stores_in_order() -> None:
+    file = {"type": "file", "file_id": "file_1", "mount_path": "/mnt/session/uploads/a.txt"}
+    second = {
+        "type": "memory_store",
+        "memory_store_id": "memstore_2",
+        "access": "read_only",
+        "mount_path": "/mnt/memory/b",
+    }
+    first = {
+        "type": "memory_store",
+        "memory_store_id": "memstore_1",
+        "name": "a",
+        "description": "",
+        "instructions": "go",
+    }
+    session = ANTHROPIC.session(_session(second, file, first))
+    assert session.created_at == datetime(2026, 8, 14, 10, 0, 0, 123456, tzinfo=UTC)
+    assert [(s.memory_store_id, s.access, s.mount_path) for s in session.stores] == [
+        ("memstore_2", "read_only", "/mnt/memory/b"),
+        ("memstore_1", "read_write", None),  # access left out: the documented default
+    ]
+    assert (session.stores[1].name, session.stores[1].description, session.stores[1].instructions) == (
+        "a",
+        "",
+        "go",
+    )
+    assert CLOUD.session(_session(resources=None)).stores == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (_session(id="../x"), "not a plausible id"),
+        (_session(resources={"type": "memory_store"}), "'resources' is not an array"),
+        (_session("memstore_1"), "resource 0 that is not an object"),
+        (
+            _session({"type": "memory_store", "memory_store_id": "memstore_1", "access": "write"}),
+            "unknown access",
+        ),
+        (_session({"type": "memory_store", "memory_store_id": None}), "memory store id"),
+        (_session({"type": "memory_store", "memory_store_id": "memstore_1", "mount_path": 7}), "mount_path"),
+        (_session(created_at="2026-08-14T10:00:00"), "no UTC offset"),
+    ],
+)
+def test_a_malformed_session_is_refused(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidResponse, match=message):
+        CLOUD.session(raw)

@@ -23,6 +23,7 @@ from memsync.engine.restore_plan import (
 from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_CLOUD_STORE_NAME_CHARS, Dialect, sha256_hex
 from tests.backup.helpers import git, memsync, write_config
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 
 MEMORIES = {
     "notes/a.md": "alpha\n",
@@ -40,6 +41,7 @@ def contents(client: Client, store_id: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+@end_to_end
 def source(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """A Forward store with history and metadata, pulled once for the module; (store id, mirror)."""
     return source_mirror(server, tmp_path_factory.mktemp("source"))
@@ -175,7 +177,37 @@ def test_into_an_existing_store_fewest_writes_delete_guard_and_dry_run(
             env={"MS_TOKEN": server.token},
         )
         assert text.returncode == 0 and "0 create, 0 update, 0 rename, 0 delete, 4 unchanged" in text.stdout
-        assert "history cannot be recreated" in text.stdout
+        # The store existed: its own versions stay, the restore's writes follow them.
+        assert "history cannot be recreated" not in text.stdout
+        assert "the store keeps its own history" in text.stdout
+        assert len(list(client.iter_versions(target.id))) > 7  # its first versions are still there
+
+
+def test_a_dry_run_into_a_store_that_does_not_exist_prints_its_error_and_no_plan(
+    server: ServerProcess, tmp_path: Path, source: tuple[str, Path]
+) -> None:
+    _, mirror = source
+    config = write_config(tmp_path, server.base_url)
+    for flags in (["--dry-run"], []):
+        text = memsync(
+            "--config",
+            str(config),
+            "restore",
+            str(mirror),
+            "--into-store",
+            "memstore_nosuchstore",
+            *flags,
+            env={"MS_TOKEN": server.token},
+        )
+        assert text.returncode == 2, text.stdout + text.stderr
+        assert "no store memstore_nosuchstore" in text.stdout
+        assert "would restore" not in text.stdout and "restored" not in text.stdout
+        assert "0 create" not in text.stdout and "history" not in text.stdout
+        assert text.stdout.startswith(f"cannot restore {mirror} into memstore_nosuchstore\n")
+        found = entry(
+            restore(config, server.token, str(mirror), "--into-store", "memstore_nosuchstore", *flags)
+        )
+        assert found["planned"] == {} and found["warnings"] == []
 
 
 def test_restore_at_an_older_commit(server: ServerProcess, tmp_path: Path, source: tuple[str, Path]) -> None:

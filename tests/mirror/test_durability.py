@@ -20,12 +20,13 @@ import pytest
 from memsync.api import open_client
 from memsync.mirror.gitstore import REPLACE_ATTEMPTS, TEMPORARY_PREFIX, replace_over
 from memsync.rules import Dialect
+from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
 
 
 def _strace(script: str, tmp_path: Path) -> list[str]:
     if shutil.which("strace") is None:
-        pytest.skip("strace is not installed (apt-get install strace)")
+        cannot_run_here("strace is not installed (apt-get install strace)")
     trace = tmp_path / "trace"
     done = subprocess.run(
         [
@@ -46,11 +47,12 @@ def _strace(script: str, tmp_path: Path) -> list[str]:
         cwd=tmp_path,
     )
     if done.returncode != 0 and "ptrace" in done.stderr:
-        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+        cannot_run_here(f"strace cannot trace here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     return trace.read_text().splitlines()
 
 
+@pytest.mark.e2e
 def test_replace_file_syncs_the_new_content_before_renaming_and_the_folder_after(tmp_path: Path) -> None:
     script = (
         "from pathlib import Path\nfrom memsync.mirror.gitstore import replace_file\n"
@@ -94,6 +96,7 @@ def test_a_replace_refused_as_on_windows_is_retried_then_named(tmp_path: Path) -
         replace_over(source, target, replace=held, sleep=waited.append, retry=False)
 
 
+@pytest.mark.e2e
 def test_a_checkout_syncs_what_it_wrote_before_its_intent_goes(
     tmp_path: Path, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:

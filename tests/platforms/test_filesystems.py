@@ -11,11 +11,13 @@ installs them); without them each test skips and says which is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import stat
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +30,11 @@ from memsync.mirror import decode_path
 from memsync.rules import Dialect
 from memsync.sync.permissions import exposure
 from tests.push.conftest import Side, git
+from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here mounts a real filesystem over a loop device.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 # Each kind: the tools it needs, how to format an image, how to mount a device.
 FILESYSTEMS = {
@@ -81,29 +85,30 @@ def _why_not(tools: tuple[str, ...]) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", params=sorted(FILESYSTEMS))
-def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A freshly formatted filesystem of the kind, mounted over a loop device; unmounted after."""
-    tools, make, mount_command = FILESYSTEMS[request.param]
+@contextlib.contextmanager
+def _mounted(kind: str, folder: Path, options: str | None = None) -> Iterator[Path]:
+    """A freshly formatted filesystem of the kind in ``folder``, mounted over a loop device (with the
+    mount ``options`` given, if any); unmounted after."""
+    tools, make, mount_command = FILESYSTEMS[kind]
     why = _why_not(tools)
     if why is not None:
-        pytest.skip(f"{request.param}: {why}")
-    folder = tmp_path_factory.mktemp(request.param)
+        cannot_run_here(f"{kind}: {why}")
     image, point = folder / "fs.img", folder / "mnt"
     point.mkdir()
     with open(image, "wb") as out:
         out.truncate(256 << 20)
     made = _run(*(part.format(image=image) for part in make))
     if made.returncode != 0:
-        pytest.skip(f"{request.param}: formatting failed: {made.stderr.strip()}")
+        cannot_run_here(f"{kind}: formatting failed: {made.stderr.strip()}")
     loop = _run("losetup", "-f", "--show", str(image))
     if loop.returncode != 0:
-        pytest.skip(f"{request.param}: losetup failed: {loop.stderr.strip()}")
+        cannot_run_here(f"{kind}: losetup failed: {loop.stderr.strip()}")
     device = loop.stdout.strip()
+    tool, *rest = (part.format(device=device, mount=point) for part in mount_command)
     try:
-        mounted = _run(*(part.format(device=device, mount=point) for part in mount_command))
+        mounted = _run(tool, *([] if options is None else ["-o", options]), *rest)
         if mounted.returncode != 0:
-            pytest.skip(f"{request.param}: mounting failed: {mounted.stderr.strip()}")
+            cannot_run_here(f"{kind}: mounting failed: {mounted.stderr.strip()}")
         try:
             yield point
         finally:
@@ -112,6 +117,13 @@ def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                 _run("umount", "-l", str(point))
     finally:
         _run("losetup", "-d", device)
+
+
+@pytest.fixture(scope="module", params=sorted(FILESYSTEMS))
+def mount(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A freshly formatted filesystem of the kind, mounted over a loop device; unmounted after."""
+    with _mounted(request.param, tmp_path_factory.mktemp(request.param)) as point:
+        yield point
 
 
 @pytest.fixture
@@ -187,6 +199,65 @@ def test_a_root_on_a_filesystem_without_modes_is_not_warned_about(mount: Path) -
     assert stat.S_IMODE(root.stat().st_mode) & 0o077  # exposed, by the look of its modes
     assert exposure(root, group_readable=False) is None
     assert sorted(p.name for p in root.iterdir()) == []  # the probe left nothing behind
+
+
+def test_a_token_file_on_it_is_warned_about_not_refused(
+    mount: Path, server: ServerProcess, tmp_path: Path
+) -> None:
+    # chmod 600 cannot work where modes are not kept: refusing the token would leave no way to use
+    # it there. The run goes on and says who may read it and which mount options fix that.
+    folder = mount / f"token-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    token = folder / "token"
+    token.write_text(server.token + "\n")
+    token.chmod(0o600)
+    assert stat.S_IMODE(token.stat().st_mode) & 0o077  # the chmod did not hold
+    config = tmp_path / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
+        f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"memsync: warning: api.token_file: {token} is on a filesystem that keeps no" in done.stderr
+    assert "umask=077" in done.stderr and "uid=" in done.stderr and "chmod 600" not in done.stderr
+    assert done.stderr.count("keeps no permissions") == 1
+    assert server.token not in done.stderr + done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["token"]  # the probe left nothing behind
+
+
+@pytest.mark.parametrize("kind", sorted(FILESYSTEMS))
+def test_the_mount_options_docs_give_keep_it_private(
+    kind: str, server: ServerProcess, tmp_path: Path
+) -> None:
+    # docs/platforms.md: mounted with uid, gid and umask=077, what is written there is the user's
+    # alone, and a token file there is taken without a warning.
+    with _mounted(kind, tmp_path, f"uid={os.getuid()},gid={os.getgid()},umask=077") as point:
+        token = point / "token"
+        token.write_text(server.token + "\n")
+        (point / "folder").mkdir()
+        for made in (token, point / "folder"):
+            assert stat.S_IMODE(made.stat().st_mode) & 0o077 == 0 and made.stat().st_uid == os.getuid()
+        config = tmp_path / "memsync.toml"
+        config.write_text(
+            f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
+            f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "keeps no permissions" not in done.stderr
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "platforms.md").read_text(encoding="utf-8")
+    assert "uid=$(id -u),gid=$(id -g),umask=077" in docs
 
 
 def test_the_watchdog_watcher_hears_a_save_on_it(mount: Path, client: Client) -> None:

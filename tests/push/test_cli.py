@@ -18,6 +18,9 @@ from memsync.daemon._state import StoreState, write_state
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
+
 BASE = "line 1\nline 2\nline 3\n"
 
 
@@ -158,3 +161,139 @@ def test_status_shows_the_daemon_state(setup: tuple[Path, str, Path], server: Se
     assert 89 <= daemon["lag_seconds"] < 200
     assert daemon["last_success"].endswith("Z") and daemon["next_run"] is not None
     assert mirror["conflicts"] == [] and mirror["rejected"] == [] and mirror["pending"] == []
+
+
+def _advice(text: str, start: str) -> str:
+    """The shell command a line of ``memsync status`` gives after ``start``."""
+    (line,) = [line for line in text.splitlines() if line.strip().startswith(start)]
+    return line.split(": ", 1)[1]
+
+
+def test_status_gives_the_whole_discard_and_following_it_leaves_nothing_to_push(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, store_id, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    (repo / "m0.md").write_text("changed\n")
+    (repo / "fresh").mkdir()
+    (repo / "fresh" / "new.md").write_text("a new file, never added\n")
+    (repo / "staged.md").write_text("staged\n")
+    subprocess.run(["git", "-C", str(repo), "add", "staged.md"], check=True)
+
+    text = memsync("status", config=config, token=server.token)
+    assert text.returncode == 0, text.stderr
+    assert "3 change(s) to push" in text.stdout
+    discard = _advice(text.stdout, "to discard your local changes")
+    assert "git clean" in discard  # a reset alone leaves the new files, and the next sync pushes them
+    subprocess.run(discard, shell=True, check=True, capture_output=True)
+
+    after = memsync("status", "--json", config=config, token=server.token)
+    (mirror,) = stores_of(after)
+    assert mirror["pending"] == [] and mirror["rejected"] == []
+    assert "to discard" not in memsync("status", config=config, token=server.token).stdout
+    synced = memsync("sync", "--json", config=config, token=server.token)
+    (entry,) = stores_of(synced)
+    assert entry["push"]["pushed"] == []
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        paths = sorted(m.path for m in client.list_memories(store_id))
+    assert paths == ["m0.md", "m1.md", "m2.md", "m3.md", "notes/p.md"]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "git reset --hard memstore/main && git clean -fd" in readme
+
+
+def test_kept_local_commits_leave_status_once_the_store_has_them(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, _, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    (repo / "m0.md").write_text("committed, then synced\n")
+    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "mine"], check=True)
+    synced = memsync("sync", "--json", config=config, token=server.token)
+    (entry,) = stores_of(synced)
+    assert entry["kept_commits"] and entry["kept_commits"].startswith("refs/memsync/pushed/")
+    # Its content is in the store's history now: nothing is kept that the store lacks.
+    (mirror,) = stores_of(memsync("status", "--json", config=config, token=server.token))
+    assert mirror["kept_commits"] == []
+    assert "kept local commits" not in memsync("status", config=config, token=server.token).stdout
+
+    # A commit holding a file the store refuses keeps content the store lacks: named, with the
+    # command that drops it, until it is dropped.
+    (repo / "m1.md").write_text("pushed\n")
+    (repo / "bad.md").write_bytes(b"\xff\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "with a bad file"], check=True)
+    second = memsync("sync", "--json", config=config, token=server.token)
+    (entry,) = stores_of(second)
+    kept = entry["kept_commits"]
+    assert kept and [r["path"] for r in entry["rejected"]] == ["bad.md"]
+    (mirror,) = stores_of(memsync("status", "--json", config=config, token=server.token))
+    assert mirror["kept_commits"] == [kept]
+    text = memsync("status", config=config, token=server.token).stdout
+    drop = _advice(text, "kept local commits").split("drop them: ", 1)[1].rstrip(")")
+    subprocess.run(drop, shell=True, check=True, capture_output=True)
+    (mirror,) = stores_of(memsync("status", "--json", config=config, token=server.token))
+    assert mirror["kept_commits"] == []
+
+
+def _conflict_at(config: Path, store_id: str, repo: Path, token: str, path: str, url: str) -> None:
+    """An edit of ``path`` on each side, on the same line: the sync records a conflict."""
+    (repo / path).write_text(f"{path} here\n")
+    with open_client(Dialect.FORWARD, url, token) as client:
+        memory = client.find_memory(store_id, path)
+        assert memory is not None
+        client.update_memory(store_id, memory.id, f"{path} there\n", expected_sha256=memory.content_sha256)
+    done = memsync("sync", "--json", config=config, token=token)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert path in [c["path"] for c in stores_of(done)[0]["conflicts"]]
+
+
+def test_resolve_says_whether_anything_is_left_to_send(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, store_id, repo = setup
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    _conflict_at(config, store_id, repo, server.token, "m0.md", server.base_url)
+    _conflict_at(config, store_id, repo, server.token, "m1.md", server.base_url)
+
+    theirs = memsync("resolve", "m0.md", "--theirs", config=config, token=server.token, cwd=repo)
+    assert theirs.returncode == 0, theirs.stderr
+    assert "with the store's content" in theirs.stdout and "nothing is left to send" in theirs.stdout
+    assert "sends it" not in theirs.stdout
+    ours = memsync("resolve", "m1.md", "--ours", config=config, token=server.token, cwd=repo)
+    assert ours.returncode == 0, ours.stderr
+    assert "the next memsync push or sync sends it" in ours.stdout
+
+    synced = memsync("sync", "--json", config=config, token=server.token)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    (entry,) = stores_of(synced)
+    assert [p["path"] for p in entry["push"]["pushed"]] == ["m1.md"]  # m0.md had nothing to send
+
+
+def test_push_and_sync_name_the_memory_path_beside_its_spelling(
+    setup: tuple[Path, str, Path], server: ServerProcess
+) -> None:
+    config, store_id, repo = setup
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        client.create_memory(store_id, "a:b.md", "one\n")
+    assert memsync("sync", config=config, token=server.token).returncode == 0
+    (repo / "a%3Ab.md").write_text("two\n")
+    (repo / "m0.md").write_text("zero\n")
+    pushed = memsync("push", "--json", config=config, token=server.token)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    (entry,) = stores_of(pushed)
+    expected = [
+        {"path": "a%3Ab.md", "memory_path": "a:b.md", "action": "update"},
+        {"path": "m0.md", "memory_path": "m0.md", "action": "update"},
+    ]
+    assert sorted(entry["pushed"], key=lambda e: e["path"]) == expected
+    assert sorted(entry["push"]["pushed"], key=lambda e: e["path"]) == expected
+
+    (repo / "a%3Ab.md").write_text("three\n")
+    (repo / "%63on.md").write_text("new\n")
+    text = memsync("sync", config=config, token=server.token)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "pushed 2 change(s)" in text.stdout
+    assert "pushed: update a%3Ab.md (memory a:b.md)" in text.stdout
+    assert "pushed: create %63on.md (memory con.md)" in text.stdout
+    (entry,) = stores_of(memsync("sync", "--json", config=config, token=server.token))
+    assert entry["pushed"] == [] and entry["push"]["pushed"] == []

@@ -105,6 +105,35 @@ def test_rename_is_native_on_anthropic_and_create_then_delete_elsewhere(
     side.assert_in_step()
 
 
+def test_a_push_names_each_memory_path_beside_its_spelling(make_side: MakeSide) -> None:
+    # Names Windows cannot hold are spelled escaped on every filesystem: the report says both.
+    side = make_side(Dialect.ANTHROPIC, {"a:b.md": "one\n", "old/con.md": "moves\n", "plain.md": "p\n"})
+    side.write("a%3Ab.md", "two\n")
+    (side.repo / "new").mkdir()
+    (side.repo / "old" / "%63on.md").rename(side.repo / "new" / "%63on.md")
+    side.write("plain.md", "q\n")
+
+    report = side.synced()
+
+    assert side.remote() == {"a:b.md": "two\n", "new/con.md": "moves\n", "plain.md": "q\n"}
+    document = report.output().to_json()
+    expected = [
+        {"path": "a%3Ab.md", "memory_path": "a:b.md", "action": "update"},
+        {
+            "path": "old/%63on.md",
+            "memory_path": "old/con.md",
+            "action": "rename",
+            "to": "new/%63on.md",
+            "to_memory_path": "new/con.md",
+        },
+        {"path": "plain.md", "memory_path": "plain.md", "action": "update"},
+    ]
+    key = lambda entry: entry["path"]  # noqa: E731
+    # One list, the same objects, in sync's entry and in its push.
+    assert sorted(document["pushed"], key=key) == expected
+    assert sorted(document["push"]["pushed"], key=key) == expected
+
+
 def test_local_commits_are_pushed_and_kept_under_refs_memsync_pushed(make_side: MakeSide) -> None:
     side = make_side(Dialect.FORWARD, {"a.md": "a\n"})
     side.write("a.md", "a, committed\n")

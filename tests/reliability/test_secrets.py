@@ -37,6 +37,9 @@ from tests.reliability.leaks import (
 from tests.reliability.loopback import LoopbackServer
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 # Cloud sends the same Bearer header as Forward: it runs against the real server only; the failure
 # paths are the same code for both, so Forward covers Bearer and Anthropic covers x-api-key there.
 CASES = [(d, s) for d in ("forward", "anthropic") for s in SCENARIOS] + [
@@ -152,7 +155,10 @@ def test_push_and_backup_leave_the_token_and_password_nowhere(
     (entry,) = run.finished.json()["stores"]
     mirror = run.directory / "mirrors" / entry["id"]
     if scenario == "push-success":
-        assert entry["pushed"] == 1 and (mirror / "notes" / "a.md").read_text() == "edited in push-success\n"
+        assert (
+            len(entry["pushed"]) == 1
+            and (mirror / "notes" / "a.md").read_text() == "edited in push-success\n"
+        )
     elif scenario == "backup-success":
         assert [r["ok"] for r in entry["remotes"]] == [True, True], entry
         assert_backup_matches(mirror, run.directory / "backups" / f"{entry['id']}.git")

@@ -32,6 +32,7 @@ QODER_OPERATIONS = [
     ("get", VERSION),
     ("post", VERSION + "/redact"),
 ]
+SESSION_OPERATIONS = [("post", "/sessions"), ("get", "/sessions/{session_id}")]
 EXPECTED = (
     [(m, FORWARD + p) for m, p in QODER_OPERATIONS]
     + [
@@ -47,6 +48,7 @@ EXPECTED = (
         ("post", CLOUD + STORE + "/versions/{memory_version_id}/redact"),
     ]
     + [(m, "/v1" + p) for m, p in QODER_OPERATIONS]
+    + [(m, base + p) for base in (CLOUD, "/v1") for m, p in SESSION_OPERATIONS]
 )
 
 # Anthropic allows archiving an archived store and deleting an archived store: no conflict there.
@@ -60,6 +62,8 @@ CONFLICTING = {
     ("post", "/v1" + VERSION + "/redact"),
     ("post", FORWARD + MOUNTS),
     ("delete", FORWARD + MOUNTS + "/{memory_store_id}"),
+    ("post", CLOUD + "/sessions"),
+    ("post", "/v1/sessions"),
 }
 
 
@@ -118,3 +122,14 @@ def test_the_anthropic_routes_take_either_token_form(schema: dict[str, Any]) -> 
         assert schemes == ({"HTTPBearer", "APIKeyHeader"} if path.startswith("/v1/") else {"HTTPBearer"}), (
             path
         )
+
+
+def test_a_created_session_links_to_its_retrieval(schema: dict[str, Any]) -> None:
+    for base, status, op in ((CLOUD, "201", "cloud_"), ("/v1", "200", "anthropic_")):
+        links = schema["paths"][base + "/sessions"]["post"]["responses"][status]["links"]
+        assert links == {
+            op + "retrieve_session": {
+                "operationId": op + "retrieve_session",
+                "parameters": {"session_id": "$response.body#/id"},
+            }
+        }

@@ -35,7 +35,18 @@ from memsync.api._errors import (
     StoreArchived,
     TransportError,
 )
-from memsync.api._models import Actor, Memory, MemoryVersion, Mount, Operation, Page, Store, StoreStatus
+from memsync.api._models import (
+    Actor,
+    Memory,
+    MemoryVersion,
+    Mount,
+    Operation,
+    Page,
+    Session,
+    SessionStore,
+    Store,
+    StoreStatus,
+)
 from memsync.api._pages import VersionListing
 from memsync.api._transport import NO_RETRIES, RetryPolicy
 from memsync.errors import ApiError
@@ -61,6 +72,8 @@ __all__ = [
     "RateLimited",
     "RetryPolicy",
     "ServerError",
+    "Session",
+    "SessionStore",
     "Store",
     "StoreArchived",
     "StoreStatus",

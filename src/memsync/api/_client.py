@@ -23,7 +23,7 @@ import logging
 import math
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,7 @@ from memsync.api._errors import (
     refine,
 )
 from memsync.api._fetch import Job, Pace, run_jobs
-from memsync.api._models import Cursor, Memory, MemoryVersion, Mount, Page, Store, StoreStatus
+from memsync.api._models import Cursor, Memory, MemoryVersion, Mount, Page, Session, Store, StoreStatus
 from memsync.api._pages import DEFAULT_MAX_PAGES, VersionListing, walk_pages
 from memsync.api._transport import (
     DEFAULT_MAX_BODY_BYTES,
@@ -326,6 +326,30 @@ class Client:
                 " whose stores are not mounted into sessions"
             )
 
+    # --- sessions (Cloud, Anthropic) -------------------------------------------------------------
+
+    def get_session(self, session_id: str) -> Session:
+        """A session's attached memory stores, in the API's order, and its exact ``created_at``.
+
+        :class:`NotFound` when the API does not know the session. Forward has no sessions to read (an
+        (identity, template)'s mounts stand for them): a :class:`~memsync.errors.UsageError`.
+        """
+        if self._dialect is Dialect.FORWARD:
+            raise UsageError(
+                "sessions can be read on the cloud and anthropic dialects only; on forward a session sees"
+                " the stores mounted for its (identity, template)"
+            )
+        try:
+            answer = self._call("GET", self._wire.sessions(session_id), headers=self._wire.session_headers())
+        except NotFound as exc:
+            raise refine(
+                exc, NotFound, f"session {session_id} does not exist or this token cannot see it"
+            ) from None
+        session = self._wire.session(answer.data)
+        if session.id != session_id:
+            raise InvalidResponse(f"asked for session {session_id}, the API returned {session.id}")
+        return session
+
     # --- memories ------------------------------------------------------------------------------
 
     def list_memories(self, store_id: str, path_prefix: str | None = None) -> Iterator[Memory]:
@@ -464,7 +488,14 @@ class Client:
     # --- versions ------------------------------------------------------------------------------
 
     def iter_versions(
-        self, store_id: str, *, memory_id: str | None = None, full: bool = False, page_size: int | None = None
+        self,
+        store_id: str,
+        *,
+        memory_id: str | None = None,
+        full: bool = False,
+        page_size: int | None = None,
+        session_id: str | None = None,
+        created_before: datetime | None = None,
     ) -> VersionListing:
         """Versions newest first, paged lazily: stop iterating at the first version you already have.
 
@@ -472,15 +503,34 @@ class Client:
         page); elsewhere contents stay None and :meth:`fetch_contents` gets them. The listing's
         ``out_of_order`` flag tells whether it broke the (``created_at``, ``id``) order
         (docs/api-contract.md §6).
+
+        ``session_id`` keeps the versions that session wrote (Cloud, Anthropic). ``created_before``
+        keeps exactly those whose ``created_at`` is at or before that instant (Cloud and Anthropic):
+        the API is asked for ``created_at[lte]`` a millisecond later, so a server that keeps finer
+        times than it prints leaves none out, and the few versions of that last millisecond are
+        dropped here. Forward filters on neither: a :class:`UsageError`.
         """
         params: dict[str, str] = {}
         if memory_id is not None:
             params["memory_id"] = memory_id
+        if (session_id is not None or created_before is not None) and self._dialect is Dialect.FORWARD:
+            raise UsageError(
+                "the forward dialect cannot list versions by session or creation time; list them all"
+                " and compare each version's created_at"
+            )
+        if session_id is not None:
+            params["session_id"] = session_id
+        if created_before is not None:
+            if created_before.tzinfo is None:
+                raise UsageError("created_before must be a timezone-aware datetime (UTC), not a naive one")
+            params["created_at[lte]"] = self._wire.timestamp_out(created_before.astimezone(UTC), _FILTER_PAD)
         size = max(1, min(page_size or PAGE_SIZE, PAGE_SIZE))
         if full and self._dialect is Dialect.ANTHROPIC:
             params["view"] = "full"
             size = min(size, FULL_PAGE_SIZE)
         pages = self._pages(self._wire.versions(store_id), params, self._wire.version, size)
+        if created_before is not None:
+            pages = _created_up_to(pages, created_before)
         return VersionListing(pages, what=f"store {store_id}")
 
     def get_version(self, store_id: str, version_id: str) -> MemoryVersion:
@@ -688,6 +738,12 @@ class Client:
         if self.get_store(store_id).archived:
             return refine(exc, StoreArchived, f"store {store_id} is archived: its memories are read-only")
         return exc
+
+
+def _created_up_to(pages: Iterator[Page[MemoryVersion]], instant: datetime) -> Iterator[Page[MemoryVersion]]:
+    for page in pages:
+        kept = [v for v in page.items if v.created_at <= instant]
+        yield page if len(kept) == len(page.items) else page.model_copy(update={"items": kept})
 
 
 def _with_content(memory: Memory, content: str) -> Memory:

@@ -113,6 +113,30 @@ class Mount(_Model):
         return self.status == StoreStatus.ACTIVE.value
 
 
+class SessionStore(_Model):
+    """One memory store attached to a session (Cloud, Anthropic), as the API reports it.
+
+    ``access`` is ``read_write`` or ``read_only``; ``name`` and ``description`` are the store's as they
+    were when the session attached it; ``mount_path`` is exactly the API's (absolute), or None when it
+    gives none. memsync never derives one.
+    """
+
+    memory_store_id: str
+    access: str
+    instructions: str | None = None
+    name: str | None = None
+    description: str | None = None
+    mount_path: str | None = None
+
+
+class Session(_Model):
+    """A session's attached stores, in the API's order, and the instant it was created."""
+
+    id: str
+    created_at: UtcDatetime
+    stores: list[SessionStore]
+
+
 class Memory(_Model):
     """A memory at its canonical relative ``path``. ``content`` is None in listings."""
 

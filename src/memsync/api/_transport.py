@@ -78,6 +78,11 @@ class RetryPolicy:
         full = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
         return full * (1.0 - self.jitter * self.random())
 
+    def longest_wait(self) -> float:
+        """The most a call spends waiting between its attempts when the server gives no hint."""
+        waits = sum(min(self.max_delay, self.initial_delay * 2**n) for n in range(self.max_attempts - 1))
+        return min(self.max_elapsed, waits)
+
 
 NO_RETRIES = RetryPolicy(max_attempts=1)
 
@@ -242,6 +247,8 @@ class Transport:
             delay = hint if hint is not None else policy.backoff(attempt)
             if policy.clock() - started + delay > policy.max_elapsed:
                 raise self._named(failure, attempt, policy.clock() - started)
+            if attempt == 1 and not isinstance(failure, RateLimited):
+                self._note_first_failure(failure)
             log.info(
                 "retrying %s in %.2fs after attempt %d of %d failed: %s",
                 what,
@@ -257,6 +264,27 @@ class Transport:
                 settled = before_retry()
                 if settled is not None:
                     return Answer(status=200, data={}, request_id=None, attempts=attempt, settled=settled)
+
+    def _note_first_failure(self, failure: Failure) -> None:
+        """Said at once, not after the minute of backoff a stopped server costs: where the call was
+        going, what went wrong, and how long memsync keeps trying. A 429 is left out: it is the
+        server pacing a busy client, not a fault. A warning, so that it passes loggers left at their
+        default level; ``first_failure`` marks the record for the CLI, which shows these notes even
+        where stderr is no terminal."""
+        where = display_url(self.base_url)
+        if self.route.proxy is not None:
+            where += f" {self.route}"
+        policy = self.retry
+        what = "cannot reach" if isinstance(failure, TransportError) else "an error answer from"
+        log.warning(
+            "%s %s (%s); memsync tries again up to %d more time(s) for up to %.0fs",
+            what,
+            where,
+            failure.message,
+            policy.max_attempts - 1,
+            policy.longest_wait(),
+            extra={"first_failure": True},
+        )
 
     def _named(self, failure: Failure, attempts: int, seconds: float) -> Failure:
         """A connection that never answered names where it was going, what was tried, and what to

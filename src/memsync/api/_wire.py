@@ -28,15 +28,27 @@ from memsync.api._models import (
     Mount,
     Operation,
     Page,
+    Session,
+    SessionStore,
     Store,
     StoreStatus,
 )
 from memsync.errors import RuleViolation
-from memsync.rules import ANTHROPIC_MEMORY_BETA, Dialect, check_path, sha256_hex, to_absolute, to_relative
+from memsync.rules import (
+    ANTHROPIC_AGENTS_BETA,
+    ANTHROPIC_MEMORY_BETA,
+    Dialect,
+    check_path,
+    sha256_hex,
+    to_absolute,
+    to_relative,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
 # Only this one: a memory endpoint also given managed-agents-2026-04-01 answers 400.
 ANTHROPIC_BETA = ANTHROPIC_MEMORY_BETA
+# The sessions endpoints' beta, sent instead of the memory one there.
+ANTHROPIC_SESSIONS_BETA = ANTHROPIC_AGENTS_BETA
 
 # Ids travel in URLs and in commit trailers: anything else than this is refused, never escaped.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}\Z")
@@ -125,6 +137,14 @@ class Wire:
         pair = f"identities/{quote(identity_id, safe='')}/templates/{quote(template_id, safe='')}"
         url = f"{pair}/memory_stores"
         return url if store_id is None else f"{url}/{quote(store_id, safe='')}"
+
+    @staticmethod
+    def sessions(session_id: str) -> str:
+        return f"sessions/{quote(session_id, safe='')}"
+
+    def session_headers(self) -> dict[str, str]:
+        """Headers the sessions endpoints take beside the auth headers (Anthropic's sessions beta)."""
+        return {"anthropic-beta": ANTHROPIC_SESSIONS_BETA} if self.dialect is Dialect.ANTHROPIC else {}
 
     @staticmethod
     def page_params(limit: int, cursor: Cursor | None) -> dict[str, str]:
@@ -262,6 +282,43 @@ class Wire:
             "created_at": raw.get("created_at"),
         }
         return _validated(Mount, fields, what)
+
+    def session(self, raw: Mapping[str, Any]) -> Session:
+        """A session's memory stores, in the API's order; its other resources (files, repositories)
+        are not memsync's and are skipped."""
+        session_id = check_id(raw.get("id"), "a session id")
+        what = f"session {session_id}"
+        resources = raw.get("resources")
+        if resources is None:
+            resources = []
+        if not isinstance(resources, list):
+            raise InvalidResponse(f"the API returned {what} whose 'resources' is not an array")
+        stores = []
+        for index, resource in enumerate(resources):
+            if not isinstance(resource, Mapping):
+                raise InvalidResponse(f"the API returned {what} with resource {index} that is not an object")
+            if resource.get("type") != "memory_store":
+                continue
+            store_id = check_id(resource.get("memory_store_id"), f"{what} with a memory store id")
+            access = resource.get("access")
+            if access is None:
+                access = "read_write"  # the documented default of both dialects
+            if access not in ("read_write", "read_only"):
+                raise InvalidResponse(
+                    f"the API returned {what} attaching store {store_id} with unknown access {access!r:.40}"
+                )
+            fields = {
+                "memory_store_id": store_id,
+                "access": access,
+                "instructions": resource.get("instructions"),
+                "name": resource.get("name"),
+                "description": resource.get("description"),
+                "mount_path": resource.get("mount_path"),
+            }
+            stores.append(_validated(SessionStore, fields, f"{what}, store {store_id}"))
+        return _validated(
+            Session, {"id": session_id, "created_at": raw.get("created_at"), "stores": stores}, what
+        )
 
     def memory(self, raw: Mapping[str, Any]) -> Memory | None:
         if raw.get("type") == "memory_prefix":

@@ -3,7 +3,8 @@
 The demo starts the reference server on a free loopback port with the seed file shipped in this
 package (creates, edits, deletes, a path reused after a delete, nested paths and one redacted
 version), pulls the store into a mirror, shows ``git log --stat``, and leaves behind everything needed
-to continue: ``DIR/memsync.toml``, the server's database and a private token file.
+to continue: ``DIR/memsync.toml``, the server's database and a private token file. ``DIR`` is
+``demo`` in memsync's data folder (``~/.local/share/memsync/demo`` on Linux) unless ``--dir`` names one.
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ START_DEADLINE_S = 30.0
 DEMO_PORT = 8765
 
 
-def run_demo(directory: Path) -> int:
-    directory = directory.absolute()
+def default_directory() -> Path:
+    """Where the demo goes unless ``--dir`` says: memsync's data folder, never the current one (run
+    from a git checkout, as from memsync's own clone, it would be left there untracked)."""
+    from platformdirs import user_data_path
+
+    return user_data_path("memsync") / "demo"
+
+
+def run_demo(directory: Path | None = None) -> int:
+    directory = (directory or default_directory()).absolute()
     if directory.exists() and any(directory.iterdir()):
         raise UsageError(f"{directory} exists and is not empty; pass --dir NEW_FOLDER or remove it")
     restrict_new_files(group_readable=False)  # the demo's token, server database and mirrors

@@ -31,6 +31,7 @@ from .parameters import (
     version_filters,
 )
 from .problems import InvalidRequest
+from .sessions import add_session_routes
 from .storage import Engine, MemoryRow, Page, PrefixEntry, StoreRow, VersionRow, decode_cursor, encode_cursor
 from .wire import (
     SHA256_HEX,
@@ -146,12 +147,14 @@ async def _one_memory_beta(request: Request) -> None:
 
 
 def build_router(engine: Engine) -> APIRouter:
-    router = APIRouter(tags=["anthropic"], dependencies=[Depends(_GUARD), Depends(_one_memory_beta)])
+    router = APIRouter(tags=["anthropic"], dependencies=[Depends(_GUARD)])
+    # The memory endpoints refuse both betas at once; the sessions endpoints need their own beta.
+    memory = APIRouter(dependencies=[Depends(_one_memory_beta)])
     op = "anthropic_"
 
     # Stores -----------------------------------------------------------------------------------
 
-    @router.post(
+    @memory.post(
         "/memory_stores",
         response_model=AnthropicStore,
         responses=error_responses(400),
@@ -165,7 +168,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(render_store(store))
 
-    @router.get(
+    @memory.get(
         "/memory_stores",
         response_model=AnthropicStoreList,
         responses=error_responses(400),
@@ -188,7 +191,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(_id_page(result, [render_store(s) for s in result.items]))
 
-    @router.get(
+    @memory.get(
         "/memory_stores/{memory_store_id}",
         response_model=AnthropicStore,
         responses=error_responses(404),
@@ -198,7 +201,7 @@ def build_router(engine: Engine) -> APIRouter:
     async def retrieve_store(memory_store_id: str) -> JsonAnswer:
         return JsonAnswer(render_store(engine.get_store(DIALECT, memory_store_id)))
 
-    @router.post(
+    @memory.post(
         "/memory_stores/{memory_store_id}",
         response_model=AnthropicStore,
         responses=error_responses(400, 404, 409),
@@ -217,7 +220,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(render_store(store))
 
-    @router.delete(
+    @memory.delete(
         "/memory_stores/{memory_store_id}",
         response_model=AnthropicDeletedStore,
         responses=error_responses(404),
@@ -228,7 +231,7 @@ def build_router(engine: Engine) -> APIRouter:
         engine.delete_store(DIALECT, memory_store_id)
         return JsonAnswer({"id": memory_store_id, "type": "memory_store_deleted"})
 
-    @router.post(
+    @memory.post(
         "/memory_stores/{memory_store_id}/archive",
         response_model=AnthropicStore,
         responses=error_responses(404),
@@ -240,7 +243,7 @@ def build_router(engine: Engine) -> APIRouter:
 
     # Memories ---------------------------------------------------------------------------------
 
-    @router.post(
+    @memory.post(
         "/memory_stores/{memory_store_id}/memories",
         response_model=AnthropicMemory,
         responses=error_responses(400, 404, 409),
@@ -259,7 +262,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
-    @router.get(
+    @memory.get(
         "/memory_stores/{memory_store_id}/memories",
         response_model=AnthropicMemoryList,
         responses=error_responses(400, 404),
@@ -300,7 +303,7 @@ def build_router(engine: Engine) -> APIRouter:
         ]
         return JsonAnswer({"data": data, "next_page": None if cursor is None else encode_cursor(*cursor)})
 
-    @router.get(
+    @memory.get(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
         response_model=AnthropicMemory,
         responses=error_responses(400, 404),
@@ -313,7 +316,7 @@ def build_router(engine: Engine) -> APIRouter:
         memory = engine.get_memory(DIALECT, memory_store_id, memory_id)
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
-    @router.post(
+    @memory.post(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
         response_model=AnthropicMemory,
         responses=error_responses(400, 404, 409),
@@ -341,7 +344,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(render_memory(memory, full=view == "full"))
 
-    @router.delete(
+    @memory.delete(
         "/memory_stores/{memory_store_id}/memories/{memory_id}",
         response_model=AnthropicDeletedMemory,
         responses=error_responses(400, 404, 409),
@@ -364,7 +367,7 @@ def build_router(engine: Engine) -> APIRouter:
 
     # Versions ---------------------------------------------------------------------------------
 
-    @router.get(
+    @memory.get(
         "/memory_stores/{memory_store_id}/memory_versions",
         response_model=AnthropicVersionList,
         responses=error_responses(400, 404),
@@ -393,7 +396,7 @@ def build_router(engine: Engine) -> APIRouter:
         )
         return JsonAnswer(_id_page(result, [render_version(v, full=full) for v in result.items]))
 
-    @router.get(
+    @memory.get(
         "/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}",
         response_model=AnthropicVersion,
         responses=error_responses(400, 404),
@@ -408,7 +411,7 @@ def build_router(engine: Engine) -> APIRouter:
         version = engine.get_version(DIALECT, memory_store_id, memory_version_id)
         return JsonAnswer(render_version(version, full=view == "full"))
 
-    @router.post(
+    @memory.post(
         "/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
         response_model=AnthropicVersion,
         responses=error_responses(404, 409),
@@ -419,4 +422,6 @@ def build_router(engine: Engine) -> APIRouter:
         version = engine.redact_version(DIALECT, memory_store_id, memory_version_id, actor=actor_of(request))
         return JsonAnswer(render_version(version, full=True))
 
+    router.include_router(memory)
+    add_session_routes(router, engine, DIALECT, op)
     return router

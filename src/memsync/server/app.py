@@ -29,6 +29,8 @@ The memsync reference Memory Store: one engine, three dialects.
 * Qoder Cloud at `/api/v1/cloud` (seeds 002 and 004),
 * Anthropic Managed Agents at `/v1` (the `anthropic` SDK's `client.beta.memory_stores`).
 
+Cloud and Anthropic also create and read sessions with memory stores attached (`/sessions`).
+
 A store belongs to the dialect that created it. Errors use the envelope
 `{"type": "error", "error": {"type", "message"}, "request_id"}`; every answer carries `request-id`.
 """
@@ -169,6 +171,10 @@ def _add_links(paths: dict[str, Any]) -> None:
                     "memory_version_id": "$response.body#/data/0/id",
                 },
             )
+    for base in (CLOUD_BASE, ANTHROPIC_BASE):
+        link(
+            "post", base + "/sessions", base + "/sessions/{session_id}", {"session_id": "$response.body#/id"}
+        )
     head_version = {
         "memory_store_id": "$request.path.memory_store_id",
         "memory_version_id": "$response.body#/memory_version_id",

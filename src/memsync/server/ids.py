@@ -18,7 +18,7 @@ _RANDOM_DIGITS = 8
 _COUNTER_BITS = 20
 _MAX_ORDER = 36**_ORDER_DIGITS - 1
 
-PREFIXES = ("memstore_", "mem_", "memver_")
+PREFIXES = ("memstore_", "mem_", "memver_", "sesn_")
 
 
 def _base36(value: int, width: int) -> str:

@@ -26,7 +26,7 @@ from fastapi.routing import APIRoute
 
 from .clock import parse_timestamp
 from .problems import InvalidRequest
-from .storage import Actor, decode_cursor
+from .storage import SESSION_HEADER, Actor, SessionClaim, decode_cursor
 
 View = Literal["basic", "full"]
 # With view=full a page carries content, so it holds at most this many items (docs/api-contract.md §4); a
@@ -65,7 +65,15 @@ def id_cursor(page: str | None) -> str | None:
 
 
 def actor_of(request: Request) -> Actor | None:
-    """Who writes: the key the Gateway matched, by the hash it recorded (never the token itself)."""
+    """Who writes: the session named by the reference-only session header (docs/server.md), else the
+    key the Gateway matched, by the hash it recorded (never the token itself)."""
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is not None:
+        if not session_id.strip():
+            raise InvalidRequest(
+                SESSION_HEADER, "names no session; send a session id or leave the header out"
+            )
+        return SessionClaim(session_id.strip())
     key_id = getattr(request.state, "api_key_id", None)
     return None if key_id is None else Actor("api_actor", key_id)
 

@@ -41,6 +41,7 @@ from .parameters import (
     version_filters,
 )
 from .problems import InvalidRequest
+from .sessions import add_session_routes
 from .storage import (
     Engine,
     MemoryRow,
@@ -492,7 +493,9 @@ def build_router(engine: Engine, dialect: Dialect, *, cloud_paging: CloudPaging 
             _add_forward_version_list(router, engine)
         _add_version_routes(router, engine, dialect, collection, op, suffix)
 
-    if not cloud:
+    if cloud:
+        add_session_routes(router, engine, dialect, op)
+    else:
         _add_mount_routes(router, engine, op)
     return router
 

@@ -24,7 +24,7 @@ from memsync.rules import Dialect
 
 from .clock import parse_timestamp
 from .problems import ApiProblem
-from .storage import Actor, Engine
+from .storage import Actor, Engine, SessionStoreRequest
 from .wire import ActorModel
 
 
@@ -69,8 +69,26 @@ class SeedStore(_Strict):
     memories: list[SeedMemory] = Field(default_factory=list)
 
 
+class SeedSessionStore(_Strict):
+    store: str = Field(description="The name of a store of this seed file, in the session's dialect.")
+    access: Literal["read_write", "read_only"] = "read_write"
+    instructions: str | None = None
+    mount_path: str | None = Field(default=None, description="Cloud only: returned as given.")
+
+
+class SeedSession(_Strict):
+    dialect: Literal[Dialect.CLOUD, Dialect.ANTHROPIC]
+    id: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$", description="Default: a new sesn_ id."
+    )
+    agent: str = "agent_seed"
+    created_at: str | None = None
+    stores: list[SeedSessionStore] = Field(default_factory=list)
+
+
 class SeedFile(_Strict):
     stores: list[SeedStore] = Field(default_factory=list)
+    sessions: list[SeedSession] = Field(default_factory=list)
 
 
 Loc = tuple[int | str, ...]
@@ -180,7 +198,7 @@ def _time(where: str, text: str | None) -> int | None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _apply_store(engine: Engine, where: str, seed: SeedStore) -> None:
+def _apply_store(engine: Engine, where: str, seed: SeedStore) -> str:
     dialect = seed.dialect
     if seed.system_managed and (seed.identity_id is None or dialect is not Dialect.FORWARD):
         raise ConfigError(f"{where}: a system-managed store is a Forward store and needs an identity_id")
@@ -203,10 +221,56 @@ def _apply_store(engine: Engine, where: str, seed: SeedStore) -> None:
             raise ConfigError(f"{where}.mounts: only Forward stores can be mounted")
         with _blame(f"{where}.mounts[{index}]"):
             engine.mount(mount.identity_id, mount.template_id, store.id)
+    return store.id
+
+
+def _archive_store(engine: Engine, where: str, seed: SeedStore, store_id: str) -> None:
     if seed.archived_at is not None:
         archived_at = _time(f"{where}.archived_at", seed.archived_at)
         with _blame(f"{where}.archived_at"):
-            engine.archive_store(dialect, store.id, at_ms=archived_at)
+            engine.archive_store(seed.dialect, store_id, at_ms=archived_at)
+
+
+def _apply_session(
+    engine: Engine,
+    where: str,
+    seed: SeedSession,
+    stores: dict[tuple[Dialect, str], tuple[str, SeedStore] | None],
+) -> None:
+    """A session attaching stores of this file by name. Sessions are made before any store is
+    archived, so a session may attach a store archived after it began, never one archived before."""
+    created_at = _time(f"{where}.created_at", seed.created_at)
+    requests = []
+    for index, attached in enumerate(seed.stores):
+        here = f"{where}.stores[{index}]"
+        key = (seed.dialect, attached.store)
+        if key not in stores:
+            raise ConfigError(
+                f"{here}.store: no {seed.dialect.value} store named {attached.store!r} in this file"
+            )
+        found = stores[key]
+        if found is None:
+            raise ConfigError(
+                f"{here}.store: several {seed.dialect.value} stores are named {attached.store!r}"
+            )
+        store_id, store = found
+        archived_at = _time(f"{here}.store", store.archived_at)
+        if archived_at is not None and archived_at <= (engine.now_ms() if created_at is None else created_at):
+            raise ConfigError(f"{here}.store: {attached.store!r} is archived before the session begins")
+        if attached.mount_path is not None and seed.dialect is Dialect.ANTHROPIC:
+            raise ConfigError(f"{here}.mount_path: Anthropic derives mount paths from store names")
+        requests.append(
+            SessionStoreRequest(store_id, attached.access, attached.instructions, attached.mount_path)
+        )
+    with _blame(where):
+        engine.create_session(
+            seed.dialect,
+            agent=seed.agent,
+            stores=requests,
+            derive_mounts=seed.dialect is Dialect.ANTHROPIC,
+            at_ms=created_at,
+            session_id=seed.id,
+        )
 
 
 def _apply_memory(engine: Engine, where: str, dialect: Dialect, store_id: str, seed: SeedMemory) -> None:
@@ -258,8 +322,15 @@ def _apply_memory(engine: Engine, where: str, dialect: Dialect, store_id: str, s
 def load_seed(engine: Engine, seed: SeedFile) -> None:
     """Apply ``seed`` in one transaction; raises :class:`ConfigError` naming the element at fault."""
     with engine.transaction():
-        for index, store in enumerate(seed.stores):
-            _apply_store(engine, f"stores[{index}]", store)
+        made = [_apply_store(engine, f"stores[{index}]", store) for index, store in enumerate(seed.stores)]
+        by_name: dict[tuple[Dialect, str], tuple[str, SeedStore] | None] = {}
+        for store_id, store in zip(made, seed.stores, strict=True):
+            key = (store.dialect, store.name)
+            by_name[key] = None if key in by_name else (store_id, store)  # None: the name is ambiguous
+        for index, session in enumerate(seed.sessions):
+            _apply_session(engine, f"sessions[{index}]", session, by_name)
+        for index, (store_id, store) in enumerate(zip(made, seed.stores, strict=True)):
+            _archive_store(engine, f"stores[{index}]", store, store_id)
 
 
 def load_seed_file(engine: Engine, path: Path) -> bool:

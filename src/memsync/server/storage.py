@@ -13,7 +13,9 @@ milliseconds; the ``created_at`` of every object is the time encoded in its id (
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +35,12 @@ from .problems import PATH_CONFLICT, PRECONDITION_FAILED, Conflict, InvalidReque
 T = TypeVar("T")
 
 MAX_EXPLICIT_MOUNTS = 10
+MAX_SESSION_STORES = 8
+MAX_SESSION_INSTRUCTIONS = 4096
+ANTHROPIC_MOUNT_ROOT = "/mnt/memory/"
+# The reference server's own way to write in a session's name (docs/server.md); no upstream header.
+SESSION_HEADER = "x-memsync-reference-session"
+_MOUNT_NAME_CHARS = 64
 OPERATIONS = ("created", "updated", "deleted")
 ACTOR_ID_FIELDS = {
     "session_actor": "session_id",
@@ -125,6 +133,16 @@ class Actor:
 
 
 @dataclass(frozen=True)
+class SessionClaim(Actor):
+    """A ``session_actor`` a request names by the reference-only header (docs/server.md): the write is
+    taken only if that session exists and attaches the store ``read_write``. Seeded history names any
+    session it likes, as a plain :class:`Actor`."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__("session_actor", session_id)
+
+
+@dataclass(frozen=True)
 class StoreRow:
     id: str
     dialect: Dialect
@@ -186,6 +204,64 @@ class MountRow:
     template_id: str
     system_managed: bool
     created_at: int
+
+
+@dataclass(frozen=True)
+class SessionStoreRow:
+    """One store attached to a session: its access and instructions, and the store's name and
+    description as they were when the session was created."""
+
+    store_id: str
+    access: str
+    instructions: str | None
+    name: str
+    description: str
+    mount_path: str | None
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    id: str
+    dialect: Dialect
+    agent: str
+    agent_version: int | None
+    environment_id: str | None
+    title: str | None
+    metadata: dict[str, str]
+    created_at: int
+    stores: list[SessionStoreRow]
+
+
+@dataclass(frozen=True)
+class SessionStoreRequest:
+    """A store to attach: ``mount_path`` is kept as given (Cloud), else derived where the dialect does."""
+
+    store_id: str
+    access: str = "read_write"
+    instructions: str | None = None
+    mount_path: str | None = None
+
+
+def derive_mount_paths(names: Sequence[str]) -> list[str]:
+    """The reference server's own mount paths for stores of these names, in order (docs/api-contract.md §6).
+
+    A name becomes its lower-case form with every run of characters other than ``a-z``, ``0-9``, ``.``,
+    ``_`` and ``-`` replaced by one ``-``, leading and trailing ``-`` and ``.`` removed, cut to 64
+    characters (``store`` when nothing is left). A path already taken in the session gets ``-2``,
+    ``-3``... so every store of a session has its own directory.
+    """
+    taken: set[str] = set()
+    paths = []
+    for name in names:
+        base = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")[:_MOUNT_NAME_CHARS].strip("-.")
+        base = base or "store"
+        candidate, suffix = base, 1
+        while candidate in taken:
+            suffix += 1
+            candidate = f"{base}-{suffix}"
+        taken.add(candidate)
+        paths.append(ANTHROPIC_MOUNT_ROOT + candidate)
+    return paths
 
 
 @dataclass(frozen=True)
@@ -277,6 +353,17 @@ CREATE TABLE IF NOT EXISTS mounts (
     PRIMARY KEY (identity_id, template_id, store_id)
 );
 CREATE INDEX IF NOT EXISTS mounts_by_store ON mounts (store_id);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    dialect TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    agent_version INTEGER,
+    environment_id TEXT,
+    title TEXT,
+    metadata TEXT NOT NULL,
+    stores TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
 """
 
 _STORE_SELECT = """
@@ -347,7 +434,7 @@ class Engine:
 
     def _highest_order(self) -> int:
         highest = 0
-        for table in ("stores", "memories", "versions"):
+        for table in ("stores", "memories", "versions", "sessions"):
             row = self._db.execute(f"SELECT MAX(id) FROM {table}").fetchone()
             if row[0] is not None:
                 highest = max(highest, order_of(row[0]) or 0)
@@ -817,6 +904,8 @@ class Engine:
         actor: Actor | None,
         at_ms: int | None,
     ) -> tuple[str, int]:
+        if isinstance(actor, SessionClaim):
+            self._check_session_writes(db, actor.id, store_id)
         version_id, created = self._new_id("memver_", at_ms)
         db.execute(
             "INSERT INTO versions (id, store_id, memory_id, path, content, content_sha256,"
@@ -1170,6 +1259,8 @@ class Engine:
         policy = POLICIES[dialect]
         with self._write() as db:
             self._require_store(db, dialect, store_id)
+            if isinstance(actor, SessionClaim):
+                self._check_session_writes(db, actor.id, store_id)
             version = self._version(db, store_id, version_id)
             if version.redacted_at is not None:
                 if policy.redact_again_ok:
@@ -1261,3 +1352,131 @@ class Engine:
                 "DELETE FROM mounts WHERE identity_id = ? AND template_id = ? AND store_id = ?",
                 (identity_id, template_id, store_id),
             )
+
+    # --- sessions (Cloud, Anthropic) ---------------------------------------------------------
+
+    def create_session(
+        self,
+        dialect: Dialect,
+        *,
+        agent: str,
+        agent_version: int | None = None,
+        stores: Sequence[SessionStoreRequest],
+        environment_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        derive_mounts: bool = False,
+        at_ms: int | None = None,
+        session_id: str | None = None,
+    ) -> SessionRow:
+        """A session with ``stores`` attached, in order; their names and descriptions are copied now.
+
+        More than :data:`MAX_SESSION_STORES`, a store twice or instructions too long: 400; a store
+        unknown in ``dialect``: 404; an archived one: 409. ``derive_mounts`` gives each store the
+        mount path of :func:`derive_mount_paths` (Anthropic); otherwise a store's mount path is the
+        one requested, or None. ``session_id`` and ``at_ms`` choose the id and creation time (seeds);
+        a chosen id already taken is a 409.
+        """
+        if len(stores) > MAX_SESSION_STORES:
+            raise InvalidRequest(
+                "resources",
+                f"a session attaches at most {MAX_SESSION_STORES} memory stores; {len(stores)} were given",
+            )
+        seen: set[str] = set()
+        for index, wanted in enumerate(stores):
+            where = f"resources[{index}]"
+            if wanted.store_id in seen:
+                raise InvalidRequest(f"{where}.memory_store_id", f"{wanted.store_id} is attached twice")
+            seen.add(wanted.store_id)
+            if wanted.access not in ("read_write", "read_only"):
+                raise InvalidRequest(f"{where}.access", "must be read_write or read_only")
+            if wanted.instructions is not None and len(wanted.instructions) > MAX_SESSION_INSTRUCTIONS:
+                raise InvalidRequest(
+                    f"{where}.instructions",
+                    f"must be at most {MAX_SESSION_INSTRUCTIONS} characters, not {len(wanted.instructions)}",
+                )
+        with self._write() as db:
+            rows = []
+            for wanted in stores:
+                store = self._store(db, dialect, wanted.store_id)
+                if store.archived_at is not None:
+                    raise Conflict(f"memory store {store.id} is archived; only active stores can be attached")
+                rows.append(store)
+            mounts = derive_mount_paths([s.name for s in rows]) if derive_mounts else None
+            attached = [
+                SessionStoreRow(
+                    store_id=store.id,
+                    access=wanted.access,
+                    instructions=wanted.instructions,
+                    name=store.name,
+                    description=store.description,
+                    mount_path=wanted.mount_path if mounts is None else mounts[index],
+                )
+                for index, (store, wanted) in enumerate(zip(rows, stores, strict=True))
+            ]
+            if session_id is None:
+                session_id, created = self._new_id("sesn_", at_ms)
+            else:
+                if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+                    raise Conflict(f"session {session_id} exists already")
+                created = self.now_ms() if at_ms is None else at_ms
+            db.execute(
+                "INSERT INTO sessions (id, dialect, agent, agent_version, environment_id, title, metadata,"
+                " stores, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    dialect,
+                    agent,
+                    agent_version,
+                    environment_id,
+                    title,
+                    json.dumps(dict(metadata or {}), ensure_ascii=False),
+                    json.dumps([dataclasses.asdict(a) for a in attached], ensure_ascii=False),
+                    created,
+                ),
+            )
+            return self._session(db, dialect, session_id)
+
+    def get_session(self, dialect: Dialect, session_id: str) -> SessionRow:
+        with self._read() as db:
+            return self._session(db, dialect, session_id)
+
+    @staticmethod
+    def _session(db: sqlite3.Connection, dialect: Dialect, session_id: str) -> SessionRow:
+        row = db.execute(
+            "SELECT * FROM sessions WHERE id = ? AND dialect = ?", (session_id, dialect)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        return SessionRow(
+            id=row["id"],
+            dialect=Dialect(row["dialect"]),
+            agent=row["agent"],
+            agent_version=row["agent_version"],
+            environment_id=row["environment_id"],
+            title=row["title"],
+            metadata=json.loads(row["metadata"]),
+            created_at=row["created_at"],
+            stores=[SessionStoreRow(**raw) for raw in json.loads(row["stores"])],
+        )
+
+    @staticmethod
+    def _check_session_writes(db: sqlite3.Connection, session_id: str, store_id: str) -> None:
+        """A write in a session's name (docs/server.md) needs the session to hold the store read_write."""
+        row = db.execute(
+            "SELECT stores FROM sessions WHERE id = ?"
+            " AND dialect = (SELECT dialect FROM stores WHERE id = ?)",
+            (session_id, store_id),
+        ).fetchone()
+        if row is None:
+            raise InvalidRequest(
+                SESSION_HEADER, f"session {session_id!r} does not exist in this dialect; create it first"
+            )
+        for attached in json.loads(row["stores"]):
+            if attached["store_id"] == store_id:
+                if attached["access"] != "read_write":
+                    raise InvalidRequest(
+                        SESSION_HEADER, f"session {session_id} attaches memory store {store_id} read_only"
+                    )
+                return
+        raise InvalidRequest(SESSION_HEADER, f"session {session_id} does not attach memory store {store_id}")

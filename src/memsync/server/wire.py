@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag, field_validator
 
 # --- schema annotations ------------------------------------------------------------------------
 # These only describe the rules in /openapi.json (so a schema-driven fuzzer generates valid data);
@@ -537,3 +537,104 @@ class AnthropicMemoryList(BaseModel):
 class AnthropicVersionList(BaseModel):
     data: list[AnthropicVersion]
     next_page: str | None
+
+
+# --- sessions (Anthropic and Cloud): memory stores attached when a session is created ---------
+
+StoreAccess = Literal["read_write", "read_only"]
+
+
+def _agent_form(value: Any) -> str:
+    return "id" if isinstance(value, str) else "object"
+
+
+_SESSION_STORES: dict[str, Any] = {"maxItems": 8}
+
+
+class AgentRef(_Request):
+    """An agent pinned at a version (the SDKs' alternative to an agent id string)."""
+
+    type: Literal["agent"] = "agent"
+    id: str = Field(min_length=1)
+    version: StrictInt | None = Field(default=None, ge=1, le=2**62)
+
+
+# An agent id, or an agent pinned at a version; a refusal names the form it tried (agent.id, agent.object...).
+AgentField = Annotated[
+    Annotated[str, Field(min_length=1), Tag("id")] | Annotated[AgentRef, Tag("object")],
+    Discriminator(_agent_form),
+]
+
+
+class MemoryStoreResource(_Request):
+    type: Literal["memory_store"]
+    memory_store_id: str = Field(min_length=1)
+    access: StoreAccess | None = Field(default=None, description="read_write when left out.")
+    instructions: str | None = Field(
+        default=None, description="At most 4,096 characters.", json_schema_extra={"maxLength": 4096}
+    )
+
+
+class CloudMemoryStoreResource(MemoryStoreResource):
+    mount_path: str | None = Field(
+        default=None,
+        description="Reference server: kept and returned exactly as given (unchecked); null when left out.",
+    )
+
+
+class AnthropicSessionCreate(_Request):
+    agent: AgentField
+    environment_id: str = Field(min_length=1)
+    resources: list[MemoryStoreResource] = Field(
+        default_factory=list, description="At most 8 memory stores.", json_schema_extra=_SESSION_STORES
+    )
+    title: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class CloudSessionCreate(_Request):
+    agent: AgentField
+    environment_id: str | None = None
+    memory_store_ids: list[str] | None = Field(
+        default=None,
+        description="Seed 004's form: each store attached read_write. Excludes resources.",
+        json_schema_extra={**_SESSION_STORES, "uniqueItems": True},
+    )
+    resources: list[CloudMemoryStoreResource] | None = Field(
+        default=None,
+        description="The Qoder SDK's form. Excludes memory_store_ids.",
+        json_schema_extra=_SESSION_STORES,
+    )
+    title: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class SessionMemoryStore(BaseModel):
+    type: Literal["memory_store"]
+    memory_store_id: str
+    access: StoreAccess
+    instructions: str | None
+    name: str
+    description: str
+    mount_path: str | None
+
+
+class SessionAgent(BaseModel):
+    type: Literal["agent"]
+    id: str
+    version: int | None
+
+
+class Session(BaseModel):
+    id: str
+    type: Literal["session"]
+    agent: SessionAgent
+    environment_id: str | None
+    title: str | None
+    metadata: dict[str, str]
+    resources: list[SessionMemoryStore]
+    status: Literal["idle"]
+    vault_ids: list[str]
+    archived_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

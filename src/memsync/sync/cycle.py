@@ -80,7 +80,7 @@ class CycleReport(Reported):
                 **self.pull.fields(),
                 "ok": self.ok,
                 "error": self.error,
-                "pushed": self.pushed,
+                "pushed": push.pushed if push is not None else [],
                 "conflicts": [{"path": path} for path in self.conflicts],
                 "rejected": self.rejected,
                 "withheld": push.withheld if push is not None else [],

@@ -10,11 +10,11 @@ a root others can read gets one warning that names the fix.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
+
+from memsync.config import keeps_modes
 
 OWNER_ONLY = 0o077
 GROUP_READABLE = 0o027
@@ -38,7 +38,7 @@ def exposure(root: Path, group_readable: bool) -> str | None:
     except OSError:
         return None  # not created yet: it will be, owner-only
     allowed = GROUP_READABLE if group_readable else OWNER_ONLY
-    if not mode & allowed or not _keeps_modes(root):
+    if not mode & allowed or not keeps_modes(root):  # None: not ours to write, nor to warn about
         return None
     who = "other users" if mode & 0o007 else "the group"
     fix = "chmod -R g-w,o-rwx" if group_readable else "chmod -R go-rwx"
@@ -47,23 +47,3 @@ def exposure(root: Path, group_readable: bool) -> str | None:
         f" and history in it: run `{fix} {root}`"
         + ("" if group_readable else ", or set mirror.group_readable = true if a group shares it")
     )
-
-
-def _keeps_modes(root: Path) -> bool:
-    """Whether a mode set on a file in ``root`` is the mode it then has."""
-    try:
-        handle, name = tempfile.mkstemp(prefix=".memsync-mode-probe-", dir=root)
-    except OSError:
-        return False  # not ours to write: not ours to warn about either
-    try:
-        os.close(handle)
-        os.chmod(name, 0o600)
-        first = stat.S_IMODE(os.stat(name).st_mode)
-        os.chmod(name, 0o640)
-        second = stat.S_IMODE(os.stat(name).st_mode)
-        return (first, second) == (0o600, 0o640)
-    except OSError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)

@@ -438,9 +438,13 @@ class _Execution:
         return pushed, changes
 
     def _pushed(self, memory_path: str, action: str, *, to: str | None = None) -> None:
-        entry = {"path": working_tree_path(self.mirror, memory_path), "action": action}
+        entry = {
+            "path": working_tree_path(self.mirror, memory_path),
+            "memory_path": memory_path,
+            "action": action,
+        }
         if to is not None:
-            entry["to"] = _encode_path(to)
+            entry |= {"to": _encode_path(to), "to_memory_path": to}
         self.report.pushed.append(entry)
 
     def _delete(self, action: Delete, pushed: dict[str, Entry | None]) -> None:

@@ -52,6 +52,8 @@ class Resolution(Reported):
     path: str
     choice: str  # ours | theirs | edited | deleted
     resolved_ref: str
+    # Whether the next push has something to send: not when the file now holds the store's content.
+    sends: bool = True
 
     def output(self) -> ResolveOutput:
         return ResolveOutput.model_validate(
@@ -139,8 +141,10 @@ def resolve_conflict(target: Target, choice: str | None, dialect: Dialect) -> Re
         outcome, replaced = _apply(mirror, record, choice, dialect)
         _base_from_conflict(mirror, record)
         resolved = mirror.conflicts.end(record, resolution=outcome, replaced=replaced)
+        # The base is now the store's side: a file equal to it is no change to push.
+        sends = mirror.worktree.sha256(record.memory_path) != record.remote_sha256
     where = locate_or(mirror_path, target)
-    return Resolution(mirror_path.name, where, outcome, resolved)
+    return Resolution(mirror_path.name, where, outcome, resolved, sends)
 
 
 def locate_or(mirror_path: Path, target: Target) -> str:

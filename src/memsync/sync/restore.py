@@ -58,6 +58,11 @@ HISTORY_NOTE = (
     "history cannot be recreated: the store's versions start with this restore's writes; the full"
     " history stays in the mirror or backup restored from"
 )
+# Into a store that exists, its own versions stay: the restore's writes follow them.
+INTO_STORE_NOTE = (
+    "the store keeps its own history: this restore's writes are new versions after it; the source's"
+    " history is not copied, it stays in the mirror or backup restored from"
+)
 
 
 @dataclass
@@ -126,7 +131,8 @@ def restore(
         )
     except MemsyncError as exc:
         report.fail(str(exc), exc.exit_code)
-    report.warnings.append(HISTORY_NOTE)
+    if report.planned:  # a run stopped before its plan has no history to speak of
+        report.warnings.append(HISTORY_NOTE if report.new_store else INTO_STORE_NOTE)
     return report
 
 
@@ -430,7 +436,10 @@ def describe(report: dict[str, Any]) -> str:
     counts = ", ".join(
         f"{planned.get(k, 0)} {k}" for k in ("create", "update", "rename", "delete", "unchanged")
     )
-    lines = [f"{verb} {report['source']} at {report['commit'][:12] or '?'} into {target}: {counts}"]
+    if planned:
+        lines = [f"{verb} {report['source']} at {report['commit'][:12] or '?'} into {target}: {counts}"]
+    else:  # stopped before a plan (no such store or commit): no counts to show
+        lines = [f"cannot restore {report['source']} into {target}"]
     if report["dry_run"]:
         for write in report["writes"]:
             to = f" -> {escape_for_terminal(write['to'])}" if "to" in write else ""

@@ -184,7 +184,37 @@ def _report_conflicts(
                 "recorded_at": record.recorded_at.isoformat().replace("+00:00", "Z"),
             }
         )
-    report.kept_commits = mirror.pushed_refs()
+    report.kept_commits = [ref for ref in mirror.pushed_refs() if not _in_store_history(mirror, ref)]
+
+
+def _in_store_history(mirror: Mirror, ref: str) -> bool:
+    """Whether every file a kept ``main`` changed reached the store: each path it changed since it
+    left ``memstore/main`` is, as it had it, in some imported commit since then (deleted: absent).
+    Files a push never sends (ignored ones, ``.gitignore``) are left out. Such a ref keeps nothing the
+    store lacks, so status stops naming it."""
+    git, tip = mirror.git, mirror.tip()
+    kept = git.ref_target(ref)
+    if kept is None or tip is None:
+        return False
+    if git.is_ancestor(kept, tip):
+        return True
+    since = git.merge_base(kept, tip)
+    before, after = git.tree_files(since), git.tree_files(kept)
+    waiting = {
+        path: after.get(path)
+        for path in before.keys() | after.keys()
+        if before.get(path) != after.get(path) and not mirror.is_ignored(path)
+    }
+    # Newest first: a push's writes are the newest imports, so the walk usually ends at once.
+    for commit in git.walk(tip, since=since):
+        tree = git.tree(str(commit.id))
+        for path, blob in list(waiting.items()):
+            there = str(tree[path].id) if path in tree else None
+            if there == blob:
+                del waiting[path]
+        if not waiting:
+            return True
+    return not waiting
 
 
 def conflict_paths(checkout: Path) -> list[str]:

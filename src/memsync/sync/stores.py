@@ -44,6 +44,8 @@ class Selection:
     api_base: str = ""
     # How many of the root's mirrors the API does list: the evidence that it is their API at all.
     mirrors_listed: int = 0
+    # How many stores the API listed, archived ones and those the config leaves out included.
+    listed: int = 0
 
     def absence(self, store_id: str) -> str:
         """Why ``store_id``'s mirror has no store here, with how far the evidence goes."""
@@ -57,6 +59,17 @@ class Selection:
                 " api.dialect and the token before taking it for deleted"
             )
         return note
+
+    def nothing_listed(self, config: Config) -> str | None:
+        """What to check when the API lists no store at all (a wrong dialect or URL answers so, as
+        does an account without stores), or None when it lists some."""
+        if self.listed:
+            return None
+        return (
+            f"the API at {self.api_base} lists no store in the {config.api.dialect.value!r} dialect for"
+            f" the token from {config.token_source()}: if your stores are there, check api.dialect"
+            " (forward, cloud or anthropic), api.base_url and the token"
+        )
 
 
 def select_stores(
@@ -73,7 +86,7 @@ def select_stores(
     mirrors = existing_mirrors(config.mirror.root)
     _check_dialect(mirrors, client)
     listed = list(client.list_stores(include_archived=True))
-    selection = Selection(api_base=client.base_url)
+    selection = Selection(api_base=client.base_url, listed=len(listed))
     if named:
         matched: set[str] = set()
         for store in listed:
