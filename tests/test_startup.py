@@ -15,6 +15,8 @@ from memsync.api import open_client
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
 
+pytestmark = pytest.mark.e2e  # each test runs memsync as a process
+
 
 def imported_by(
     *args: str, env: dict[str, str] | None = None

@@ -130,6 +130,7 @@ def c_is(call: str, name: str) -> bool:
     return call.startswith(f"{name}(")
 
 
+@pytest.mark.e2e
 def test_a_push_syncs_what_it_wrote_into_the_checkout_before_the_base_moves(
     tmp_path: Path, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
