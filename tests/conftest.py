@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.server import ServerProcess
+from tests.support.tiers import InnerLoopGuard, end_to_end, uses_end_to_end_fixture
 
 # CI runs on 2 shared cores within a time budget; "quick" is the inner loop's (CONTRIBUTING.md), the
 # soak profile is for scripts in benchmarks/.
@@ -22,42 +21,42 @@ settings.register_profile("soak", max_examples=3000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# What makes a test end-to-end: a process boundary (a server process, the memsync CLI or a daemon as a
-# process, kills, strace) or a real mount. The rest — the mirror against real git repositories, rules,
-# config, the engine, fuzzed properties, and whatever talks to the in-process reference server (the
-# session's ``server``) — is the inner loop: `pytest -m "not e2e"`. A module is end-to-end when its
-# text names a way to start a process or mount (itself, or the helpers it imports that do).
-_E2E_FIXTURES = {"server_factory"}
-_E2E_FOLDERS = {"reliability", "platforms", "sdk", "remote"}
-_E2E_TEXT = re.compile(r"sys\.executable|os\.kill|signal\.SIG|strace|unshare|mount|ServerProcess\(")
-_IMPORTS = re.compile(r"^from (tests(?:\.\w+)+) import", re.MULTILINE)
+# The tiers (tests/support/tiers.py): a test is e2e by its marker, its folder's conftest, or a fixture
+# wrapped in end_to_end; the rest is the inner loop, `pytest -m "not e2e"`, and is held to it.
+_guard = InnerLoopGuard()
 
 
-@functools.cache
-def _starts_processes(module: Path) -> bool:
-    text = module.read_text(encoding="utf-8")
-    if _E2E_TEXT.search(text):
-        return True
-    root = Path(__file__).parent.parent
-    for name in _IMPORTS.findall(text):
-        helper = root.joinpath(*name.split(".")).with_suffix(".py")
-        # tests.support.server starts the server as a process only for server_factory (above).
-        if helper.is_file() and helper.name != "server.py" and helper != module and _starts_processes(helper):
-            return True
-    return False
+def pytest_configure(config: pytest.Config) -> None:
+    _guard.install()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    root = Path(__file__).parent
     for item in items:
-        module = Path(str(item.fspath))
-        uses = set(getattr(item, "fixturenames", ()))
-        if (
-            uses & _E2E_FIXTURES
-            or module.relative_to(root).parts[0] in _E2E_FOLDERS
-            or _starts_processes(module)
-        ):
+        if uses_end_to_end_fixture(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+
+
+def _watching(item: pytest.Item) -> str | None:
+    return None if item.get_closest_marker("e2e") else item.nodeid
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _guard.watch(_watching(item))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _guard.watch(_watching(item))
+    return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    # Not watched: a teardown stops what its setup started (and was watched then), and the last test
+    # of a worker also tears down the session's fixtures, whichever tier started them.
+    _guard.watch(None)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -87,6 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
+@end_to_end
 def server_factory(tmp_path: Path) -> Iterator[object]:
     """Start extra servers with their own flags (faults, retention); all stopped after the test."""
     started: list[ServerProcess] = []

@@ -333,6 +333,7 @@ def _healthcheck(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 def test_the_health_check_tells_ready_from_alive(healthz: tuple[str, type[_Answer]]) -> None:
     url, handler = healthz
     assert _healthcheck("--url", url).returncode == 0
@@ -364,6 +365,7 @@ def test_daemon_http_listen_leaves_loopback_only_with_expose() -> None:
         parse_config({**data, "daemon": {"http": {"listen": "0.0.0.0", "expose": True}}})
 
 
+@pytest.mark.e2e
 def test_a_pod_of_the_statefulset_serves_its_shard_and_answers_the_probes(
     tmp_path: Path, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:

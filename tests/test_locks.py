@@ -9,6 +9,9 @@ import pytest
 from memsync.errors import EXIT_LOCKED, LockHeld
 from memsync.sync.locks import held
 
+# The test here kills a process that holds the lock.
+pytestmark = pytest.mark.e2e
+
 HOLDER = """
 import sys, time
 from pathlib import Path

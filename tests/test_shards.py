@@ -240,6 +240,7 @@ def six_stores(server: ServerProcess) -> list[str]:
     return _create_stores(server, 6)
 
 
+@pytest.mark.e2e
 def test_stores_shows_each_stores_shard_and_the_selection_of_one(
     six_stores: list[str], server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -266,6 +267,7 @@ def test_stores_shows_each_stores_shard_and_the_selection_of_one(
     assert line.endswith(f"[not selected, shard {owner(six_stores[5], 3)}/3]")
 
 
+@pytest.mark.e2e
 def test_bad_shards_exit_2_naming_the_value_and_the_rule(
     six_stores: list[str], server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -280,6 +282,7 @@ def test_bad_shards_exit_2_naming_the_value_and_the_rule(
     assert pod.returncode == 2 and "pod ordinal 2" in pod.stderr and "replica count" in pod.stderr
 
 
+@pytest.mark.e2e
 def test_pull_sync_verify_backup_and_the_daemon_take_only_their_shards_stores(
     six_stores: list[str], server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -302,6 +305,7 @@ def test_pull_sync_verify_backup_and_the_daemon_take_only_their_shards_stores(
     assert _ids(_run(config, server, "pull", "--json", "--shard", "0/1")) == set(six_stores)
 
 
+@pytest.mark.e2e
 def test_fleet_shard_from_the_config_file_and_the_flag_over_it(
     six_stores: list[str], server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -312,6 +316,7 @@ def test_fleet_shard_from_the_config_file_and_the_flag_over_it(
     }
 
 
+@pytest.mark.e2e
 def test_a_store_named_on_another_shard_is_a_usage_error(
     six_stores: list[str], server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -325,6 +330,7 @@ def test_a_store_named_on_another_shard_is_a_usage_error(
     assert _ids(_run(config, server, "pull", store_id, "--json", "--shard", f"{theirs}/3")) == {store_id}
 
 
+@pytest.mark.e2e
 def test_a_moved_store_converges_to_the_same_commits_on_its_new_owner(
     server: ServerProcess, tmp_path: Path
 ) -> None:

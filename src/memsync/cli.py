@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 
 import click
 
-from memsync.config import default_config_path
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError, UserError, storage_fault
+from memsync.locations import default_config_path
 from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_ANTHROPIC_VERSIONS
 
 
@@ -1081,29 +1081,57 @@ def unmount(ctx: click.Context, identity: str, template: str, store_id: str, as_
 
 
 @cli.command()
-@click.argument("identity")
-@click.argument("template")
+@click.argument("identity", required=False)
+@click.argument("template", required=False)
+@click.option("--stores", "store_list", metavar="ID[,ID...]", help="A view of these stores, in this order.")
+@click.option("--session", "session_id", metavar="ID", help="A view of this session (Anthropic, Cloud).")
+@click.option("--at", "at", metavar="TIME", help="Also pin the view commit current at TIME (RFC 3339).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--strict", is_flag=True, help="Exit 4 when two mounted stores collide on a path.")
+@click.option("--strict", is_flag=True, help="Exit 4 when two stores collide on a path.")
 @click.pass_context
-def awareness(ctx: click.Context, identity: str, template: str, as_json: bool, strict: bool) -> None:
-    """Show what a session of IDENTITY and TEMPLATE sees (Forward): pull every active mounted store and
-    build the read-only git view <mirror.root>/awareness/IDENTITY/TEMPLATE, whose tree is the merged
-    namespace; report every path two stores collide on.
+def awareness(
+    ctx: click.Context,
+    identity: str | None,
+    template: str | None,
+    store_list: str | None,
+    session_id: str | None,
+    at: str | None,
+    as_json: bool,
+    strict: bool,
+) -> None:
+    """Show what a session sees, as a read-only git view; report every path two stores collide on.
 
-    The first holder of a path in mount order wins (the reference's assumption, docs/awareness.md).
-    Nothing in the view is ever pushed: make edits in the stores' checkouts.
+    IDENTITY TEMPLATE (Forward): pull every active mounted store, build <mirror.root>/awareness/IDENTITY/
+    TEMPLATE. --stores ID,... (every dialect): the view a session given these stores would see.
+    --session ID (Anthropic, Cloud): the session's stores laid out as the API says, its start pinned at
+    refs/sessions/ID/start. --at TIME pins the view commit current at TIME under refs/at/.
+    Nothing in a view is ever pushed: make edits in the stores' checkouts (docs/awareness.md).
     """
 
-    from memsync.sync.awareness import describe_awareness, refresh_awareness
+    from memsync.sync import awareness as views
+    from memsync.sync.stores import client_for
 
-    config, client = _forward_client(ctx, identity, template)
-    with client:
-        report = refresh_awareness(client, config.mirror.root, identity, template)
+    forms = [identity is not None, store_list is not None, session_id is not None]
+    if sum(forms) != 1 or (identity is not None) != (template is not None):
+        raise click.UsageError("give IDENTITY TEMPLATE, --stores ID[,ID...] or --session ID (one of them)")
+    moment = None if at is None else views.parse_instant(at)
+    if identity is not None and template is not None:
+        config, client = _forward_client(ctx, identity, template)
+        with client:
+            report = views.refresh_awareness(client, config.mirror.root, identity, template, at=moment)
+    else:
+        config = _load_config(ctx)
+        with client_for(config) as client:
+            if store_list is not None:
+                ids = [part.strip() for part in store_list.split(",")]
+                report = views.refresh_stores(client, config.mirror.root, ids, at=moment)
+            else:
+                assert session_id is not None
+                report = views.refresh_session(client, config.mirror.root, session_id, at=moment)
     if as_json:
         _print_json(report.output())
     else:
-        click.echo(describe_awareness(report))
+        click.echo(views.describe_awareness(report))
     ctx.exit(report.exit_code_for(strict=strict))
 
 
@@ -1218,6 +1246,12 @@ def _wants_json(args: list[str]) -> bool:
     return "--json" in (args[: args.index("--")] if "--" in args else args)
 
 
+def _skip_httpx_command_line() -> None:
+    # httpx's package imports its own command line, and with it rich and pygments (~50 ms of every
+    # start that makes a request); memsync never runs it. A process that imported httpx first keeps it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code.
 
@@ -1225,6 +1259,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     prints one object on stdout, ``{"error": …, "exit_code": …, "stores": []}``, as every other run
     does; the line on stderr is printed either way.
     """
+    _skip_httpx_command_line()
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
     _show_retries(every_retry=not as_json and sys.stderr.isatty())

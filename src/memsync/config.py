@@ -32,11 +32,11 @@ from pydantic import (
 )
 
 from memsync.errors import ConfigError, RuleViolation
+from memsync.locations import default_config_path
 from memsync.rules import Dialect, parse_duration
 
 log = logging.getLogger("memsync.config")
 
-CONFIG_FILE_NAME = "memsync.toml"
 # Where the token is read from when the config names neither api.token_env nor api.token_file.
 DEFAULT_TOKEN_ENV = "MEMSYNC_TOKEN"
 
@@ -259,17 +259,43 @@ class FleetConfig(_Section):
 
 
 class AwarenessConfig(_Section):
-    """One ``[[awareness]]`` table: an (identity, template) whose merged view the daemon keeps current."""
+    """One ``[[awareness]]`` table, a view the daemon keeps current (docs/awareness.md): an ``identity``
+    and ``template`` (Forward), ``stores`` (every dialect) or a ``session`` (Anthropic, Cloud)."""
 
-    identity: str
-    template: str
+    identity: str | None = None
+    template: str | None = None
+    stores: list[str] | None = None
+    session: str | None = None
 
-    @field_validator("identity", "template")
+    @field_validator("identity", "template", "session")
     @classmethod
-    def _plain_id(cls, value: str) -> str:
-        if value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    def _plain_id(cls, value: str | None) -> str | None:
+        if value is not None and (value == "" or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)):
             raise ValueError("must be a non-empty id without control characters, as the API knows it")
         return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AwarenessConfig:
+        pair = self.identity is not None or self.template is not None
+        if pair + (self.stores is not None) + (self.session is not None) != 1 or (
+            pair and (self.identity is None or self.template is None)
+        ):
+            raise ValueError(
+                "an [[awareness]] table takes identity and template (forward), stores = [...] or"
+                ' session = "...": exactly one of them'
+            )
+        if self.stores is not None and (not self.stores or len(set(self.stores)) != len(self.stores)):
+            raise ValueError("stores lists one or more store ids, each once")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The view's name: ``identity/template``, ``stores/<ids>`` or ``sessions/<id>``."""
+        if self.stores is not None:
+            return "stores/" + ",".join(self.stores)
+        if self.session is not None:
+            return f"sessions/{self.session}"
+        return f"{self.identity}/{self.template}"
 
 
 class Config(_Section):
@@ -285,15 +311,22 @@ class Config(_Section):
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _awareness_needs_mounts(self) -> Config:
-        if self.awareness and self.api.dialect is not Dialect.FORWARD:
-            raise ValueError(
-                f"[[awareness]] views need mounts, which only the forward dialect has (api.dialect is"
-                f" {self.api.dialect.value}); remove the [[awareness]] tables"
-            )
-        pairs = [(view.identity, view.template) for view in self.awareness]
-        if len(set(pairs)) != len(pairs):
-            raise ValueError("[[awareness]] names the same identity and template twice; keep one")
+    def _awareness_fits_the_dialect(self) -> Config:
+        forward = self.api.dialect is Dialect.FORWARD
+        for view in self.awareness:
+            if view.identity is not None and not forward:
+                raise ValueError(
+                    f"[[awareness]] with identity and template needs mounts, which only the forward dialect"
+                    f' has (api.dialect is {self.api.dialect.value}); use stores = [...] or session = "..."'
+                )
+            if view.session is not None and forward:
+                raise ValueError(
+                    "[[awareness]] with a session needs the anthropic or cloud dialect; on forward use"
+                    " identity and template, or stores = [...]"
+                )
+        keys = [view.key for view in self.awareness]
+        if len(set(keys)) != len(keys):
+            raise ValueError("[[awareness]] names the same view twice; keep one")
         return self
 
     def with_shard(self, shard: Shard | None) -> Config:
@@ -388,12 +421,6 @@ def keeps_modes(folder: Path) -> bool | None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
-
-
-def default_config_path() -> Path:
-    from platformdirs import user_config_path
-
-    return user_config_path("memsync") / CONFIG_FILE_NAME
 
 
 def load_config(path: str | Path | None = None) -> Config:

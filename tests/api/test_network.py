@@ -310,6 +310,7 @@ def _proxied_config(folder: Path, server: ServerProcess, proxy: _Proxy, api_extr
     return config
 
 
+@pytest.mark.e2e
 def test_api_proxy_in_the_config_is_used_by_every_command(
     server: ServerProcess, proxy: _Proxy, tmp_path: Path, store_id: str
 ) -> None:
@@ -319,6 +320,7 @@ def test_api_proxy_in_the_config_is_used_by_every_command(
     assert store_id in {row["id"] for row in json.loads(done.stdout)["stores"]} and proxy.requests
 
 
+@pytest.mark.e2e
 def test_plain_http_to_another_host_is_refused_before_any_request(
     server: ServerProcess, proxy: _Proxy, tmp_path: Path, store_id: str
 ) -> None:

@@ -1,8 +1,9 @@
 """Fixtures of the awareness tests: a reference server seeded with default stores, one per pair.
 
 A default (system-managed) store can only be made by a seed file (docs/server.md "Seed files"), so
-this package runs its own server with one default store for each of ``PAIRS`` (identity, template)
-pairs; each test takes a pair no other test uses, and creates and mounts its other stores over HTTP.
+this package runs its own server (in a thread of the test process, as the session's is) with one
+default store for each of ``PAIRS`` (identity, template) pairs; each test takes a pair no other test
+uses, and creates and mounts its other stores over HTTP.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("awareness-server")
     seed = folder / "seed.json"
     seed.write_text(json.dumps(_seed()))
-    with ServerProcess(db=folder / "memstore.sqlite3", extra_args=["--seed", str(seed)]) as proc:
+    with ServerProcess(db=folder / "memstore.sqlite3", seed_file=seed, in_process=True) as proc:
         yield proc
 
 

@@ -14,6 +14,9 @@ from memsync.sync.pull import store_lock
 from tests.awareness.conftest import Pair, git
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
+
 
 def memsync(config: Path, *args: str, token: str = "test-token") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -92,7 +95,12 @@ def test_awareness_json_text_and_strict(pair: Pair, tmp_path: Path) -> None:
     done = memsync(config, "awareness", pair.identity, pair.template, "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert set(document) == {"identity", "template", "path", "tip", "rebuilt", "mounts", "collisions"}
+    assert set(document) == {
+        *("kind", "identity", "template", "session", "path", "branch", "tip", "rebuilt", "mounts", "stores"),
+        *("layout", "collisions", "start", "at", "wrote", "warnings"),
+    }
+    assert document["kind"] == "forward" and document["session"] is None and document["wrote"] is None
+    assert [s["memory_store_id"] for s in document["stores"]] == [pair.default.id, clashing.id]
     view = Path(document["path"])
     assert view == tmp_path / "mirrors" / "awareness" / pair.identity / pair.template
     assert document["tip"] == git(view, "rev-parse", "main").strip() and document["rebuilt"] is False
@@ -198,3 +206,20 @@ def test_a_mistyped_identity_makes_no_view(pair: Pair, tmp_path: Path) -> None:
     assert "check the identity and template ids" in done.stderr and "no view was made" in done.stderr
     status = memsync(config, "status", "--json")
     assert typo not in status.stdout
+
+
+def test_the_identity_template_form_takes_at(pair: Pair, tmp_path: Path) -> None:
+    config = write_config(tmp_path, pair.server.base_url)
+    versions = list(pair.client.iter_versions(pair.default.id))
+    first = versions[-1]  # the seed wrote notes/a.md, then shared.md a second later
+    done = memsync(
+        config, "awareness", pair.identity, pair.template, "--at", first.created_at.isoformat(), "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    at = json.loads(done.stdout)["at"]
+    assert at["ref"] == "refs/at/20260102T000000Z" and at["exact"] is True
+    view = tmp_path / "mirrors" / "awareness" / pair.identity / pair.template
+    listed = git(view, "ls-tree", "-r", "--name-only", at["ref"]).split()
+    assert listed == ["notes/a.md"] and git(view, "rev-parse", at["ref"]).strip() == at["commit"]
+    bad = memsync(config, "awareness", pair.identity, pair.template, "--at", "yesterday")
+    assert bad.returncode == 2 and "RFC 3339" in bad.stderr

@@ -44,7 +44,7 @@ def test_the_daemon_refreshes_a_view_after_a_cycle_and_counts_collisions(
     daemon.start()
     try:
         wait_for(lambda: (view / "u.md").exists() and (view / "shared.md").exists(), 60, "the first view")
-        key = (pair.identity, pair.template)
+        key = f"{pair.identity}/{pair.template}"
         assert daemon.awareness.wait_refreshed(key, 60)
         # The store the daemon does not sync was pulled by the refresh itself.
         assert (root / unselected.id / "u.md").exists()
@@ -72,7 +72,9 @@ def test_the_daemon_refreshes_a_view_after_a_cycle_and_counts_collisions(
             with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
                 return str(answer.read().decode())
 
-        labels = f'identity="{pair.identity}",template="{pair.template}"'
+        labels = (
+            f'identity="{pair.identity}",template="{pair.template}",view="{pair.identity}/{pair.template}"'
+        )
         # The files gauge follows the refresh that wrote new.md (it may still be finishing).
         wait_for(lambda: f"memsync_awareness_files{{{labels}}} 4.0" in metrics(), 30, "the files gauge")
         assert f"memsync_awareness_collisions{{{labels}}} 1.0" in metrics()

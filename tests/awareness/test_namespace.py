@@ -71,7 +71,22 @@ def test_the_merged_history_keeps_each_store_in_order_and_sorts_between_them() -
     assert [item[1] for item in merged] == ["v1", "v2", "v3", "v0-late", "v5"]
 
 
-paths = st.sampled_from(["a", "a/b", "n.md", "x/y.md", "x"])
+def every_collision(space: Namespace, order: list[str]) -> list[Collision]:
+    files = {store: space.files(store) for store in order}
+    found = []
+    for path in sorted({path for held in files.values() for path in held}):
+        holders = {rank for rank, store in enumerate(order) if path in files[store]}
+        under = {
+            rank for rank, store in enumerate(order) if any(p.startswith(path + "/") for p in files[store])
+        }
+        stores = [order[rank] for rank in sorted(holders | under)]
+        if len(stores) > 1:
+            folders = tuple(order[rank] for rank in sorted(under))
+            found.append(Collision(path, stores[0], tuple(stores[1:]), folders))
+    return found
+
+
+paths = st.sampled_from(["a", "a/b", "n.md", "x/y.md", "x", "a/b/c"])
 changes = st.lists(
     st.tuples(st.sampled_from(["d", "b", "c"]), paths, st.one_of(st.none(), st.sampled_from(["1", "2"]))),
     max_size=30,
@@ -92,6 +107,76 @@ def test_resuming_from_file_sets_equals_one_pass(steps: list[tuple[str, str, str
         resumed.apply(store, {path: blob})
     assert resumed.visible() == whole.visible()
     assert resumed.collisions() == whole.collisions()
+    # Kept as files come and go, the collisions are what a look at every file finds.
+    assert whole.collisions() == every_collision(whole, order)
+    assert len(whole) == len(whole.visible())
     # What is visible is always the first holder's copy.
     for path, (store, blob) in whole.visible().items():
         assert store == whole.holders(path)[0] and whole.files(store)[path] == blob
+
+
+def test_cloud_shows_the_first_store_in_the_given_order() -> None:
+    from memsync.engine.awareness import cloud_visible_holder
+
+    space = Namespace(["given-first", "given-second"], rule=cloud_visible_holder)
+    space.apply("given-second", {"a.md": "2"})
+    space.apply("given-first", {"a.md": "1"})
+    assert space.visible() == {"a.md": ("given-first", "1")}
+    assert space.collisions() == [Collision("a.md", "given-first", ("given-second",))]
+
+
+def test_stores_are_placed_by_their_mount_path_and_never_guessed() -> None:
+    from memsync.engine.awareness import Placement, place_stores
+
+    root = "/mnt/memory"
+    placed = place_stores(
+        [
+            ("s1", "/mnt/memory/user-preferences"),
+            ("s2", None),
+            ("s3", "/mnt/memory/deep/er/"),
+            ("s4", "/mnt/memoryx/a"),
+            ("s5", "/mnt/memory/a/../b"),
+            ("s6", "/mnt/memory/"),
+            ("s7", "/mnt/memory/twin"),
+            ("s8", "/mnt/memory/twin"),
+            ("s9", "/mnt/memory/a//b"),
+        ],
+        root,
+        unmounted="id",
+    )
+    assert placed[:3] == [
+        Placement("s1", "user-preferences"),
+        Placement("s2", "s2"),
+        Placement("s3", "deep/er"),
+    ]
+    reasons = {p.store_id: p.refused for p in placed[3:]}
+    assert all(reasons.values()), reasons
+    assert "not a folder inside /mnt/memory/" in str(reasons["s4"]) and "'..'" in str(reasons["s5"])
+    assert "not a folder" in str(reasons["s6"])
+    assert "s7, s8" in str(reasons["s7"]) and "s7, s8" in str(reasons["s8"])
+    assert "empty or '.'" in str(reasons["s9"])
+    # Cloud: a store without a mount path is flat at the root.
+    assert place_stores([("c", None)], "/data/.qoder/awareness", unmounted="flat") == [Placement("c", "")]
+
+
+def test_the_commit_current_at_an_instant_goes_by_exact_time() -> None:
+    from memsync.engine.awareness import current_at
+
+    base = datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
+    times = [base.replace(microsecond=m) for m in (100, 200, 200, 900)]
+    assert current_at(times, base) == -1
+    assert current_at(times, base.replace(microsecond=100)) == 0
+    assert current_at(times, base.replace(microsecond=199)) == 0
+    assert current_at(times, base.replace(microsecond=200)) == 2  # lte: both versions of that instant
+    assert current_at(times, base.replace(second=2)) == 3
+
+
+def test_a_view_before_a_truncated_history_is_not_exact() -> None:
+    from memsync.engine.awareness import inexact_reason
+
+    first = datetime(2026, 1, 2, tzinfo=UTC)
+    before, after = first.replace(day=1), first.replace(day=3)
+    assert inexact_reason({"s": (first, 2)}, after) is None
+    assert inexact_reason({"s": (first, None)}, before) is None  # nothing yet, and nothing lost
+    reason = inexact_reason({"s": (first, 2)}, before)
+    assert reason is not None and "s (2 memories" in reason and "retention" in reason

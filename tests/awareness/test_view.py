@@ -80,6 +80,8 @@ def test_a_new_version_appends_and_a_mount_change_rebuilds(pair: Pair, tmp_path:
         "Memory-Store-Id": [pair.default.id],
         "Memory-Version": [version],
         "Memory-Id": trailers(view)["Memory-Id"],
+        # The version's exact time, as its commit in the store's mirror has it: pins go by it.
+        "Created-At": trailers(root / pair.default.id, "memstore/main")["Created-At"],
         "Operation": ["updated"],
         "Memory-Path": ["notes/a.md"],
         "Shadowed-Store-Id": [other.id],

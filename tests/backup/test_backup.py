@@ -38,6 +38,7 @@ def new_store(client: Client, prefix: str = "bk") -> Store:
     return store
 
 
+@pytest.mark.e2e
 def test_backup_creates_a_bare_repository_that_clones_to_the_memories(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -75,6 +76,7 @@ def test_backup_creates_a_bare_repository_that_clones_to_the_memories(
     assert git(backup, "show", "main:c.md") == "sea\n"
 
 
+@pytest.mark.e2e
 def test_archived_and_deleted_stores_are_backed_up(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -105,6 +107,7 @@ def test_archived_and_deleted_stores_are_backed_up(
         assert json.loads(git(backup, "show", "memsync/metadata:store.json"))["name"] == store.name
 
 
+@pytest.mark.e2e
 def test_a_redaction_force_updates_the_remotes_prunes_a_local_one_and_warns_for_a_network_one(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -146,6 +149,7 @@ def test_a_redaction_force_updates_the_remotes_prunes_a_local_one_and_warns_for_
     git(backup, "fsck", "--strict")
 
 
+@pytest.mark.e2e
 def test_a_backup_that_diverged_is_not_overwritten(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -165,6 +169,7 @@ def test_a_backup_that_diverged_is_not_overwritten(
     assert git(backup, "rev-parse", "main").strip() == foreign
 
 
+@pytest.mark.e2e
 def test_two_stores_on_one_url_are_refused(client: Client, server: ServerProcess, tmp_path: Path) -> None:
     first, second = new_store(client), new_store(client)
     config = write_config(
@@ -183,6 +188,7 @@ def test_two_stores_on_one_url_are_refused(client: Client, server: ServerProcess
     assert not (tmp_path / "backups" / "all.git").exists()
 
 
+@pytest.mark.e2e
 def test_https_credentials_go_through_the_callback_and_never_into_config_or_output(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -16,10 +16,15 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
 from memsync.api import open_client
 from memsync.rules import Dialect
 from tests.backup.helpers import git, memsync, stores_json, write_config
 from tests.support.server import ServerProcess
+
+# The test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
 
 
 def dead_pid() -> int:

@@ -110,6 +110,7 @@ def test_anthropic_redaction_matches_a_fresh_import(server: ServerProcess, tmp_p
 @pytest.mark.parametrize(
     "crash_at", ["rewrite.history_written", "rewrite.refs_carried", "rewrite.tip_moved", "rewrite.pruned"]
 )
+@pytest.mark.e2e
 def test_a_rewrite_killed_anywhere_is_finished_by_the_next_full_scan(
     client: Client, server: ServerProcess, tmp_path: Path, crash_at: str
 ) -> None:

@@ -23,6 +23,7 @@ from memsync.engine.restore_plan import (
 from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_CLOUD_STORE_NAME_CHARS, Dialect, sha256_hex
 from tests.backup.helpers import git, memsync, write_config
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 
 MEMORIES = {
     "notes/a.md": "alpha\n",
@@ -40,6 +41,7 @@ def contents(client: Client, store_id: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+@end_to_end
 def source(server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """A Forward store with history and metadata, pulled once for the module; (store id, mirror)."""
     return source_mirror(server, tmp_path_factory.mktemp("source"))

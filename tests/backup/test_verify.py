@@ -16,6 +16,7 @@ from memsync.rules import Dialect
 from memsync.sync.verify import RETENTION, Held, Listed, find_differences
 from tests.backup.helpers import git, memsync, stores_json, write_config
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 
 
 @pytest.fixture
@@ -25,6 +26,7 @@ def client(server: ServerProcess) -> Iterator[Client]:
 
 
 @pytest.fixture
+@end_to_end
 def pulled(client: Client, server: ServerProcess, tmp_path: Path) -> tuple[Store, Path, dict[str, str]]:
     """A store of four versions, pulled; (store, config file, CLI environment)."""
     store = client.create_store(

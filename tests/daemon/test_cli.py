@@ -25,6 +25,9 @@ from memsync.sync.pull import store_lock
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
 
+# Every test here runs the daemon as a process and signals it.
+pytestmark = pytest.mark.e2e
+
 TOKEN_ENV = "MEMSYNC_DAEMON_TEST_TOKEN"
 DEFAULT_LOG = 'level = "info"'
 

@@ -20,6 +20,7 @@ from memsync.api import Client
 from memsync.daemon._watcher import CheckoutWatcher, checkout_folders
 from memsync.sync.pull import pull_store
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 from tests.support.waiting import wait_for
 
 TOKEN_ENV = "MEMSYNC_DAEMON_FLEET_TOKEN"
@@ -48,6 +49,7 @@ class Running:
 
 
 @pytest.fixture
+@end_to_end
 def daemons(server: ServerProcess) -> Iterator[list[Running]]:
     started: list[Running] = []
     yield started

@@ -55,6 +55,7 @@ def once(config: Path, server: ServerProcess) -> tuple[int, dict[str, object]]:
     return result.returncode, entry
 
 
+@pytest.mark.e2e
 def test_once_takes_staged_edits_temporaries_and_ignore_rules_in_its_stride(
     tmp_path: Path, server: ServerProcess, client: Client, store: Store
 ) -> None:
@@ -85,6 +86,7 @@ def test_once_takes_staged_edits_temporaries_and_ignore_rules_in_its_stride(
     assert code == EXIT_OK and entry["pushed"] == []
 
 
+@pytest.mark.e2e
 def test_once_mid_rebase_waits_for_the_user_without_failing(
     tmp_path: Path, server: ServerProcess, client: Client, store: Store
 ) -> None:
@@ -106,6 +108,7 @@ def test_once_mid_rebase_waits_for_the_user_without_failing(
     assert once(config, server)[0] == EXIT_OK
 
 
+@pytest.mark.e2e
 def test_once_after_main_moved_back_withholds_and_does_not_fail(
     tmp_path: Path, server: ServerProcess, client: Client, store: Store
 ) -> None:
@@ -179,6 +182,7 @@ def daemon_processes() -> Iterator[list[DaemonProcess]]:
             daemon.process.stderr.close()
 
 
+@pytest.mark.e2e
 def test_a_running_daemon_pushes_a_staged_edit_without_a_failed_cycle(
     tmp_path: Path,
     server: ServerProcess,

@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import memsync.daemon as daemon
 
 
@@ -39,6 +41,7 @@ def test_private_modules_stay_private() -> None:
         assert module == "memsync.daemon" or module.startswith("memsync.daemon._"), name
 
 
+@pytest.mark.e2e
 def test_reading_state_imports_neither_apscheduler_nor_watchdog() -> None:
     # `memsync status` reads state files; it must not pay for the daemon's machinery.
     probe = (

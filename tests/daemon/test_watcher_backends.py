@@ -14,9 +14,13 @@ import pytest
 
 from memsync.api import Client
 from tests.daemon.test_fleet import Running, all_idle, daemons, make_stores, start
+from tests.support.machine import cannot_run_here
 from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_for
+
+# Every test here runs the daemon as a process (one in a user namespace of its own).
+pytestmark = pytest.mark.e2e
 
 __all__ = ["daemons"]  # the fixture, shared with test_fleet
 
@@ -79,7 +83,7 @@ def test_auto_falls_back_to_polling_where_inotify_cannot_start(
 ) -> None:
     why = _user_namespaces()
     if why is not None:
-        pytest.skip(why)
+        cannot_run_here(why)
     prefix, (store_id,) = make_stores(client, 1)
     running = start(tmp_path, server, prefix, daemons, extra='poll_interval = "0.2s"', wrapper=NO_INOTIFY)
     wait_for(lambda: running.logged("watching the checkouts with"), what="the watcher to start", timeout=60)

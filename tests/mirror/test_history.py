@@ -189,6 +189,7 @@ for n in range(1, 100_000):
 """
 
 
+@pytest.mark.e2e
 def test_kill_9_mid_import_leaves_a_consistent_checkpoint(new_mirror: NewMirror) -> None:
     mirror = new_mirror("killed")
     child = subprocess.Popen(

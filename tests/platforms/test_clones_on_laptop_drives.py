@@ -20,7 +20,8 @@ from tests.remote.test_remote_helper import Remote
 from tests.support.filesystems import mounted
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here mounts a real filesystem over a loop device.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

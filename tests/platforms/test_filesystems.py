@@ -30,7 +30,8 @@ from tests.push.conftest import Side, git
 from tests.support.filesystems import FILESYSTEMS, mounted
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here mounts a real filesystem over a loop device.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SEED = {
     "notes/readme.md": "lower\n",

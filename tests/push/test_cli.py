@@ -18,6 +18,9 @@ from memsync.daemon._state import StoreState, write_state
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
+
 BASE = "line 1\nline 2\nline 3\n"
 
 

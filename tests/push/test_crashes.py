@@ -57,6 +57,7 @@ def contents(client: Client, store_id: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("point", "nth"), POINTS, ids=[f"{p}:{n}" for p, n in POINTS])
 def test_a_killed_push_converges(server: ServerProcess, tmp_path: Path, point: str, nth: int) -> None:
     client = open_client(Dialect.FORWARD, server.base_url, server.token)

@@ -24,6 +24,7 @@ from memsync.sync.push import predict_push
 from memsync.sync.status import mirror_status
 from tests.push.conftest import Side, git
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 
 MakeSide = Callable[..., Side]
 
@@ -397,6 +398,7 @@ def memsync(*args: str, config: Path, token: str) -> subprocess.CompletedProcess
 
 
 @pytest.fixture
+@end_to_end
 def cli_mirror(server: ServerProcess, tmp_path: Path) -> tuple[Path, Path, str]:
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
         store = client.create_store(f"habits-{uuid.uuid4().hex[:8]}", idempotency_key=str(uuid.uuid4()))

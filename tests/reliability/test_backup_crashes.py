@@ -40,6 +40,9 @@ from tests.reliability.harness import Finished, GitOracle, MemsyncCli
 from tests.reliability.histories import History, assert_mirror_holds, build_history, grow_history
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 BATCH = 4
 SHAPES = ((9, 8), (5, 6))  # (versions before the template backup, versions added after it)
 SECRET = "api_key=sk-live-crash-backup\n"

@@ -26,6 +26,9 @@ from tests.reliability.harness import GitOracle, MemsyncCli, write_config
 from tests.reliability.histories import History, assert_mirror_holds, build_history, grow_history
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 BATCH = 4
 # (versions before the template mirror was pulled, versions added after it) per store.
 SHAPES = ((11, 12), (6, 9))

@@ -26,6 +26,9 @@ from tests.reliability.faultruns import (
     run_push_fault_plan,
 )
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 PLANS = [
     FaultPlan(
         0.1, 7, ((Dialect.FORWARD, 70), (Dialect.FORWARD, 50), (Dialect.ANTHROPIC, 50), (Dialect.CLOUD, 30))

@@ -21,10 +21,12 @@ import pytest
 from memsync.api import Client, Store, open_client
 from memsync.rules import Dialect
 from tests.reliability.harness import GitOracle, MemsyncCli, wait_until, write_config
+from tests.support.machine import cannot_run_here
 from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(300)
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 FILES = 60
 PAGE = 4096
@@ -45,12 +47,12 @@ def _mount(point: Path, size: int, *, remount: bool = False) -> subprocess.Compl
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs, roomy until a test shrinks it with :func:`_resize`."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        cannot_run_here("mounting a tmpfs needs root")
     point = tmp_path / "disk"
     point.mkdir()
     mounted = _mount(point, ROOMY)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        cannot_run_here(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         yield point
     finally:

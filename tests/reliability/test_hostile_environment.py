@@ -22,6 +22,9 @@ from tests.reliability.hostile_git import hostile_git_environment
 from tests.reliability.loopback import Request
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 # Contents that any conversion would change: line endings of every kind, an ident keyword, case.
 TRICKY = {
     "crlf.md": "windows\r\nline endings\r\n",

@@ -15,6 +15,9 @@ import pytest
 
 from tests.reliability.hostility import HOSTILITIES, Hostility, Trial, honest_mirrors, pull_against
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def trials(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trial | BaseException]:

@@ -29,9 +29,11 @@ from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
 from tests.reliability.crashes import assert_converged
 from tests.reliability.harness import GitOracle, MemsyncCli, write_config
+from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(900)
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SYSCALLS = ("write", "pwrite64", "rename", "fdatasync", "fsync")
 ERRNOS = ("ENOSPC", "EIO")
@@ -123,7 +125,7 @@ def _faulted(cli: MemsyncCli, point: Point, *args: str) -> subprocess.CompletedP
 def client(server: ServerProcess) -> Iterator[Client]:
     why = _strace_missing()
     if why is not None:
-        pytest.skip(why)
+        cannot_run_here(why)
     with open_client(Dialect.FORWARD, server.base_url, server.token) as opened:
         yield opened
 

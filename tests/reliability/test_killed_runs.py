@@ -27,9 +27,11 @@ from memsync.rules import Dialect
 from memsync.sync.pull import pull_store
 from tests.reliability.crashes import CrashCase, assert_converged
 from tests.reliability.harness import CRASH_ENV, GitOracle, MemsyncCli, wait_until, write_config
+from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.timeout(600)
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 FILES = 400
 KILLS = int(os.environ.get("MEMSYNC_RANDOM_KILLS", "4"))
@@ -120,7 +122,7 @@ def test_kill_9_at_arbitrary_instants_of_a_checkout_as_pid_1(
 ) -> None:
     why = _unshare_available()
     if why is not None:
-        pytest.skip(why)
+        cannot_run_here(why)
     cli = _cli(server, store, tmp_path)
     as_pid_1 = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
     repo = tmp_path / "mirrors" / store.id

@@ -16,6 +16,9 @@ from memsync.rules import Dialect
 from tests.backup.helpers import memsync
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def store_id(server: ServerProcess) -> str:

@@ -37,6 +37,9 @@ from tests.reliability.leaks import (
 from tests.reliability.loopback import LoopbackServer
 from tests.support.server import ServerProcess
 
+# Every test here runs memsync as a process: killed, faulted, or on a full disk.
+pytestmark = pytest.mark.e2e
+
 # Cloud sends the same Bearer header as Forward: it runs against the real server only; the failure
 # paths are the same code for both, so Forward covers Bearer and Anthropic covers x-api-key there.
 CASES = [(d, s) for d in ("forward", "anthropic") for s in SCENARIOS] + [

@@ -12,9 +12,11 @@ from qca.managed import Managed
 
 from tests.sdk.seed import SEED
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 
 
 @pytest.fixture(scope="session")
+@end_to_end
 def qoder_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("sdk-server")
     seed = folder / "seed.json"

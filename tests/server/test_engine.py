@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,6 +87,7 @@ def test_path_listing_pages_match_one_sorted_listing(paths: list[str], limit: in
         engine.close()
 
 
+@pytest.mark.e2e
 def test_without_db_the_server_uses_the_platform_data_folder(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "memsync", "server", "--port", "0", "--token", "t"]

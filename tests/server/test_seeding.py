@@ -156,6 +156,7 @@ def _run_server(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@pytest.mark.e2e
 def test_a_bad_seed_names_the_element_and_changes_nothing(tmp_path: Path, server_factory: Factory) -> None:
     bad = {
         "stores": [
@@ -247,12 +248,14 @@ def test_seed_errors_without_a_close_key_list_the_valid_ones_and_what_is_missing
     assert describe_seed_errors(_seed_errors([])) == "the file: Input should be an object"
 
 
+@pytest.mark.e2e
 def test_command_line_refusals(tmp_path: Path) -> None:
     result = _run_server("--db", str(tmp_path / "r.sqlite3"), "--version-retention", "forever")
     assert result.returncode == 2 and "--version-retention" in result.stderr, result
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_sigterm_and_sigint_exit_cleanly(server_factory: Factory) -> None:
     import signal
 

@@ -1,7 +1,7 @@
 """Filesystems laptops use, mounted for real over a loop device: exFAT (exfat-fuse: case-insensitive
 and case-preserving as APFS and NTFS are, refusing Windows' forbidden characters) and NTFS through
 ntfs-3g with ``windows_names``. Needs root, /dev/fuse, losetup and the Debian packages exfat-fuse,
-exfatprogs and ntfs-3g (.ci/run installs them); without them a test skips and says which is missing.
+exfatprogs and ntfs-3g (.ci/run installs them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.support.machine import cannot_run_here
 
 # Each kind: the tools it needs, how to format an image, how to mount a device.
 FILESYSTEMS = {
@@ -48,27 +48,28 @@ def _why_not(tools: tuple[str, ...]) -> str | None:
 @contextlib.contextmanager
 def mounted(kind: str, folder: Path, options: str | None = None) -> Iterator[Path]:
     """A freshly formatted filesystem of ``kind`` in ``folder``, mounted over a loop device (with the
-    mount ``options`` given, if any); unmounted after. Skips the test when the machine cannot mount one."""
+    mount ``options`` given, if any); unmounted after. Where the machine cannot mount one, the test
+    skips (fails under CI as root: tests/support/machine.py)."""
     tools, make, mount_command = FILESYSTEMS[kind]
     why = _why_not(tools)
     if why is not None:
-        pytest.skip(f"{kind}: {why}")
+        cannot_run_here(f"{kind}: {why}")
     image, point = folder / "fs.img", folder / "mnt"
     point.mkdir()
     with open(image, "wb") as out:
         out.truncate(256 << 20)
     made = _run(*(part.format(image=image) for part in make))
     if made.returncode != 0:
-        pytest.skip(f"{kind}: formatting failed: {made.stderr.strip()}")
+        cannot_run_here(f"{kind}: formatting failed: {made.stderr.strip()}")
     loop = _run("losetup", "-f", "--show", str(image))
     if loop.returncode != 0:
-        pytest.skip(f"{kind}: losetup failed: {loop.stderr.strip()}")
+        cannot_run_here(f"{kind}: losetup failed: {loop.stderr.strip()}")
     device = loop.stdout.strip()
     tool, *rest = (part.format(device=device, mount=point) for part in mount_command)
     try:
         done = _run(tool, *([] if options is None else ["-o", options]), *rest)
         if done.returncode != 0:
-            pytest.skip(f"{kind}: mounting failed: {done.stderr.strip()}")
+            cannot_run_here(f"{kind}: mounting failed: {done.stderr.strip()}")
         try:
             yield point
         finally:

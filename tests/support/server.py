@@ -28,19 +28,23 @@ class ServerProcess:
     output: list[str] = field(default_factory=list)
     # In a thread of this process (memsync.server.BackgroundServer): no flags, no process to signal.
     in_process: bool = False
+    # A seed file (docs/server.md "Seed files"), loaded before the server listens, either way.
+    seed_file: Path | None = None
     background: BackgroundServer | None = None
 
     def start(self) -> ServerProcess:
         if self.in_process:
             if self.extra_args:
                 raise ValueError("server flags need the process: in_process=False")
-            self.background = BackgroundServer(self.db, [self.token]).start()
+            self.background = BackgroundServer(self.db, [self.token], seed_file=self.seed_file).start()
             self.base_url = self.background.url
             return self
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("MEMSYNC_SERVER_TOKEN", None)
         args = [sys.executable, "-m", "memsync", "server", "--port", "0", "--db", str(self.db)]
         args += ["--token", self.token, *self.extra_args]
+        if self.seed_file is not None:
+            args += ["--seed", str(self.seed_file)]
         self.process = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )

@@ -18,6 +18,9 @@ from memsync.rules import Dialect
 from memsync.sync.pull import store_lock
 from tests.support.server import ServerProcess
 
+# Every test here runs the memsync CLI as a process.
+pytestmark = pytest.mark.e2e
+
 STORES = 6
 TOKEN_ENV = "MEMSYNC_FLEET_TEST_TOKEN"
 

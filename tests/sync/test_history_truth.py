@@ -144,6 +144,7 @@ def test_a_redacted_head_whose_memory_is_deleted_leaves_the_mirror(client: Clien
     assert commits(repo) == commits(tmp_path / "fresh" / store.id)
 
 
+@pytest.mark.e2e
 def test_verify_names_a_redacted_version_whose_content_the_mirror_still_holds(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -183,6 +184,7 @@ def test_verify_names_a_redacted_version_whose_content_the_mirror_still_holds(
 # --- 7. history lost to retention -------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_mirror_that_starts_after_expired_versions_says_so(server_factory: Factory, tmp_path: Path) -> None:
     server = server_factory("--version-retention", "2s")
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
@@ -404,6 +406,7 @@ def test_anthropic_metadata_follows_renames_without_a_request(server: ServerProc
     assert metadata_documents(tmp_path / "fresh" / store.id) == metadata_documents(tmp_path / store.id)
 
 
+@pytest.mark.e2e
 def test_metadata_catches_up_after_a_pull_killed_before_its_snapshot(
     client: Client, server: ServerProcess, tmp_path: Path
 ) -> None:

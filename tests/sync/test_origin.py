@@ -17,6 +17,7 @@ import pytest
 from memsync.api import open_client
 from memsync.rules import Dialect
 from tests.support.server import ServerProcess
+from tests.support.tiers import end_to_end
 from tests.test_cli import memsync
 
 
@@ -31,6 +32,7 @@ def _config(folder: Path, base_url: str, store_ids: list[str], dialect: str = "f
 
 
 @pytest.fixture
+@end_to_end
 def two_stores(server: ServerProcess, tmp_path: Path) -> tuple[Path, list[str], dict[str, str]]:
     """Two stores pulled into one root."""
     ids = []
@@ -133,6 +135,7 @@ def test_a_store_not_listed_is_not_found_and_restore_needs_evidence(
     assert (config.parent / "mirrors" / ids[0] / "notes" / "0.md").read_text() == "memory 0\n"
 
 
+@pytest.mark.e2e
 def test_json_prints_one_object_when_the_whole_run_fails(tmp_path: Path, server: ServerProcess) -> None:
     config = _config(tmp_path, server.base_url, [])
     refused = memsync("--config", str(config), "pull", "--json", env={"MS_TOKEN": "not-the-token"})

@@ -270,6 +270,7 @@ def _run_pull(config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("crash_at", [1, 4, 7, 12])
 def test_kill_9_at_any_point_resumes_to_the_same_commit_ids(
     server: ServerProcess, tmp_path: Path, crash_at: int

@@ -1,11 +1,12 @@
 """Keeping the ``[[awareness]]`` views current (docs/awareness.md): a refresh after every successful cycle
-of a mounted store, one at start, and one every ``daemon.interval`` (which notices mount changes and
-keeps the mounted stores the daemon does not sync itself current).
+of a store of the view, one at start, and one every ``daemon.interval`` (which notices mount changes and
+keeps the stores the daemon does not sync itself current).
 
-A refresh lists the mounts, pulls the active mounted stores the daemon does not cycle (those it cycles
-are current by construction, and pulling them here would contend for their lock), and builds the view
-from the mirrors (:func:`memsync.sync.awareness.refresh_awareness`). Requests coalesce like cycles do:
-one refresh per view at a time, and requests during it make exactly one more after it.
+A refresh lists the mounts (Forward) or reads the session (Anthropic, Cloud), pulls the view's stores
+the daemon does not cycle (those it cycles are current by construction, and pulling them here would
+contend for their lock), and builds the view from the mirrors (:mod:`memsync.sync.awareness`). A session
+the API no longer knows keeps its view, with a warning. Requests coalesce like cycles do: one refresh
+per view at a time, and requests during it make exactly one more after it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from memsync.api import Client
-from memsync.config import Config
+from memsync.config import AwarenessConfig, Config
 from memsync.daemon._metrics import ViewGauges
 from memsync.errors import MemsyncError
-from memsync.sync.awareness import AwarenessReport, MirrorPending, refresh_awareness
+from memsync.sync.awareness import (
+    AwarenessReport,
+    MirrorPending,
+    refresh_awareness,
+    refresh_session,
+    refresh_stores,
+)
 
 log = logging.getLogger("memsync.daemon.awareness")
 
@@ -30,9 +37,8 @@ ClientLease = Callable[[], AbstractContextManager[Client]]
 
 @dataclass
 class _View:
-    identity: str
-    template: str
-    stores: set[str] | None = None  # the active mounted stores of the last refresh
+    config: AwarenessConfig
+    stores: set[str] | None = None  # the stores shown by the last refresh
     running: bool = False
     again: bool = False
     failures: int = 0
@@ -61,7 +67,7 @@ class AwarenessKeeper:
         self._submit = submit
         self._managed = managed
         self._lock = threading.Lock()
-        self._views = {(v.identity, v.template): _View(v.identity, v.template) for v in config.awareness}
+        self._views = {view.key: _View(view) for view in config.awareness}
         self._closed = False
 
     def __bool__(self) -> bool:
@@ -79,7 +85,7 @@ class AwarenessKeeper:
             if view.stores is None or store_id in view.stores:
                 self.request(key)
 
-    def request(self, key: tuple[str, str]) -> None:
+    def request(self, key: str) -> None:
         with self._lock:
             view = self._views[key]
             if self._closed:
@@ -95,14 +101,14 @@ class AwarenessKeeper:
         with self._lock:
             self._closed = True
 
-    def refresh_now(self, key: tuple[str, str]) -> AwarenessReport | None:
+    def refresh_now(self, key: str) -> AwarenessReport | None:
         """One refresh in the calling thread (``daemon --once``); None when it failed (logged)."""
         return self._refresh(self._views[key])
 
-    def views(self) -> list[tuple[str, str]]:
+    def views(self) -> list[str]:
         return list(self._views)
 
-    def wait_refreshed(self, key: tuple[str, str], timeout: float) -> bool:
+    def wait_refreshed(self, key: str, timeout: float) -> bool:
         """Block until no refresh of the view is queued or running (tests)."""
         return self._views[key].done.wait(timeout)
 
@@ -110,8 +116,9 @@ class AwarenessKeeper:
         with self._lock:
             return [
                 ViewGauges(
-                    identity=view.identity,
-                    template=view.template,
+                    view=view.config.key,
+                    identity=view.config.identity or "",
+                    template=view.config.template or "",
                     collisions=view.collisions,
                     files=view.files,
                     consecutive_failures=view.failures,
@@ -120,7 +127,7 @@ class AwarenessKeeper:
                 for view in self._views.values()
             ]
 
-    def _run(self, key: tuple[str, str]) -> None:
+    def _run(self, key: str) -> None:
         view = self._views[key]
         while True:
             self._refresh(view)
@@ -134,31 +141,38 @@ class AwarenessKeeper:
 
     def _refresh(self, view: _View) -> AwarenessReport | None:
         managed = self._managed()
+        wanted = view.config
+        name = wanted.key
+
+        def pull(store_id: str) -> bool:
+            return store_id not in managed
+
         try:
             with self._client() as client:
-                report = refresh_awareness(
-                    client,
-                    self._root,
-                    view.identity,
-                    view.template,
-                    pull=lambda store_id: store_id not in managed,
-                )
+                if wanted.stores is not None:
+                    report = refresh_stores(client, self._root, wanted.stores, pull=pull)
+                elif wanted.session is not None:
+                    report = refresh_session(client, self._root, wanted.session, pull=pull, keep_known=True)
+                else:
+                    identity, template = wanted.identity, wanted.template
+                    assert identity is not None and template is not None
+                    report = refresh_awareness(client, self._root, identity, template, pull=pull)
         except MirrorPending as exc:
-            # The first cycle of a mounted store has not made its mirror yet: that cycle's end
+            # The first cycle of a store of the view has not made its mirror yet: that cycle's end
             # requests the refresh again.
-            log.info("awareness view %s/%s: %s", view.identity, view.template, exc)
+            log.info("awareness view %s: %s", name, exc)
             return None
         except MemsyncError as exc:
             with self._lock:
                 view.failures += 1
                 view.last_error = str(exc)
-            log.warning("awareness view %s/%s: refresh failed: %s", view.identity, view.template, exc)
+            log.warning("awareness view %s: refresh failed: %s", name, exc)
             return None
         except Exception:
             with self._lock:
                 view.failures += 1
                 view.last_error = "internal error"
-            log.exception("awareness view %s/%s: refresh failed unexpectedly", view.identity, view.template)
+            log.exception("awareness view %s: refresh failed unexpectedly", name)
             return None
         with self._lock:
             view.failures = 0
@@ -167,25 +181,18 @@ class AwarenessKeeper:
             view.collisions = len(report.collisions)
             view.files = report.files
             view.refreshes += 1
-            view.stores = {m["memory_store_id"] for m in report.mounts if m["status"] == "active"}
-        extra = {"identity": view.identity, "template": view.template, "collisions": len(report.collisions)}
+            view.stores = {s["memory_store_id"] for s in report.stores if s["refused"] is None}
+        extra = {"view": name, "collisions": len(report.collisions)}
         if report.rebuilt:
-            log.info(
-                "awareness view %s/%s: history rebuilt (%s)",
-                view.identity,
-                view.template,
-                report.reason,
-                extra=extra,
-            )
+            log.info("awareness view %s: history rebuilt (%s)", name, report.reason, extra=extra)
         if report.commits or report.rebuilt:
             log.info(
-                "awareness view %s/%s: %d new commit(s), %d collision(s)",
-                view.identity,
-                view.template,
+                "awareness view %s: %d new commit(s), %d collision(s)",
+                name,
                 report.commits,
                 len(report.collisions),
                 extra=extra,
             )
         for warning in report.warnings:
-            log.warning("awareness view %s/%s: %s", view.identity, view.template, warning, extra=extra)
+            log.warning("awareness view %s: %s", name, warning, extra=extra)
         return report

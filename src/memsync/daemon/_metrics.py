@@ -31,8 +31,9 @@ class StoreGauges:
 
 @dataclass(frozen=True)
 class ViewGauges:
-    """One ``[[awareness]]`` view as ``/metrics`` shows it."""
+    """One ``[[awareness]]`` view as ``/metrics`` shows it (``identity``, ``template``: "" but on Forward)."""
 
+    view: str
     identity: str
     template: str
     collisions: int
@@ -46,7 +47,7 @@ class _ViewCollector(Collector):
         self._read = read
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["identity", "template"]
+        labels = ["identity", "template", "view"]
         families = {
             "collisions": GaugeMetricFamily(
                 "memsync_awareness_collisions",
@@ -54,7 +55,7 @@ class _ViewCollector(Collector):
                 labels=labels,
             ),
             "files": GaugeMetricFamily(
-                "memsync_awareness_files", "Files a session of the pair sees.", labels=labels
+                "memsync_awareness_files", "Files a session of the view sees.", labels=labels
             ),
             "failures": GaugeMetricFamily(
                 "memsync_awareness_consecutive_failures", "Failed view refreshes in a row.", labels=labels
@@ -66,7 +67,7 @@ class _ViewCollector(Collector):
             ),
         }
         for view in self._read():
-            pair = [view.identity, view.template]
+            pair = [view.identity, view.template, view.view]
             families["collisions"].add_metric(pair, view.collisions)
             families["files"].add_metric(pair, view.files)
             families["failures"].add_metric(pair, view.consecutive_failures)

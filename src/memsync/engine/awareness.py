@@ -16,9 +16,11 @@ Everything here is pure: store ids, memory paths and blob ids in, decisions out.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -28,11 +30,24 @@ Files = Mapping[str, str]
 
 
 def visible_holder(holders: Sequence[str]) -> str:
-    """The store whose copy of a path the sandbox shows, of ``holders`` in mount order.
+    """The store whose copy of a path the sandbox shows, of ``holders`` in mount order (Forward).
 
     The reference's assumption (docs/api-contract.md §6): the first holder in mount order wins.
     """
     return holders[0]
+
+
+def cloud_visible_holder(holders: Sequence[str]) -> str:
+    """The store whose copy of a path a Cloud session shows, of ``holders`` in the order the session
+    (or ``--stores``) gives its stores.
+
+    memsync's assumption (docs/api-contract.md §6; seed 004 is silent): the first store in the given
+    order wins. A rule of its own, beside Forward's, so either can change alone.
+    """
+    return holders[0]
+
+
+Rule = Callable[[Sequence[str]], str]
 
 
 @dataclass(frozen=True)
@@ -73,14 +88,21 @@ class Namespace:
     where the last one stopped); stores left out start empty.
     """
 
-    def __init__(self, order: Sequence[str], files: Mapping[str, Files] | None = None) -> None:
+    def __init__(
+        self, order: Sequence[str], files: Mapping[str, Files] | None = None, rule: Rule = visible_holder
+    ) -> None:
         if len(set(order)) != len(order):
             raise ValueError(f"a store is mounted twice in {list(order)}")
         self._order = list(order)
+        self._rule = rule
         self._rank = {store: rank for rank, store in enumerate(self._order)}
         self._files: dict[str, dict[str, str]] = {store: {} for store in self._order}
         # path → the ranks of the stores holding it, ascending
         self._holders: dict[str, list[int]] = {}
+        # folder → {rank: files of that store below it}, and the paths that may collide: kept as files
+        # come and go, so that an append costs what it changes, not the size of the namespace
+        self._below: dict[str, dict[int, int]] = {}
+        self._suspects: set[str] = set()
         for store, found in (files or {}).items():
             if store not in self._rank:
                 raise ValueError(f"store {store} has files but is not mounted")
@@ -99,18 +121,22 @@ class Namespace:
         """The stores holding ``path`` as a file, in mount order."""
         return [self._order[rank] for rank in self._holders.get(path, ())]
 
+    def __len__(self) -> int:
+        """How many paths the namespace shows."""
+        return len(self._holders)
+
     def visible(self) -> dict[str, tuple[str, str]]:
         """The namespace: ``{path: (store id, blob id)}`` of the copy each path shows."""
         shown: dict[str, tuple[str, str]] = {}
         for path, ranks in self._holders.items():
-            store = visible_holder([self._order[rank] for rank in ranks])
+            store = self._rule([self._order[rank] for rank in ranks])
             shown[path] = (store, self._files[store][path])
         return shown
 
     def owner(self, path: str) -> str | None:
         """The store whose copy of ``path`` is visible, or None."""
         holders = self.holders(path)
-        return visible_holder(holders) if holders else None
+        return self._rule(holders) if holders else None
 
     def apply(self, store: str, changes: Mapping[str, str | None]) -> Step:
         """Apply one version of ``store``: ``changes`` maps each path it touched to its new blob
@@ -131,30 +157,19 @@ class Namespace:
                 visible[path] = after
             holders = self.holders(path)
             if len(holders) > 1:
-                winner = visible_holder(holders)
+                winner = self._rule(holders)
                 hidden.update(h for h in holders if h != winner)
         return Step(visible=visible, shadowed=tuple(s for s in self._order if s in hidden))
 
     def collisions(self) -> list[Collision]:
         """Every collision now, sorted by path: the same path in several stores, and a file in one
         store that is a folder in another."""
-        folders: dict[str, set[int]] = {}
-        for store, found in self._files.items():
-            rank = self._rank[store]
-            for path in found:
-                for prefix in _folders_of(path):
-                    if prefix in self._holders:  # only folders that are also someone's file matter
-                        folders.setdefault(prefix, set()).add(rank)
         found_collisions = []
-        for path in sorted(self._holders):
-            files = self._holders[path]
-            under = folders.get(path, set())
-            involved = sorted(set(files) | under)
-            # A store holding both `a` and `a/b` collides with nobody but another store.
-            if len(involved) < 2:
-                continue
+        for path in sorted(self._suspects):
+            under = set(self._below.get(path, ()))  # folders matter only where they are someone's file
+            involved = sorted(set(self._holders[path]) | under)
             stores = [self._order[rank] for rank in involved]
-            winner = visible_holder(stores)
+            winner = self._rule(stores)
             found_collisions.append(
                 Collision(
                     path=path,
@@ -171,24 +186,49 @@ class Namespace:
         ranks = self._holders.get(path)
         if not ranks:
             return None
-        store = visible_holder([self._order[rank] for rank in ranks])
+        store = self._rule([self._order[rank] for rank in ranks])
         return store, self._files[store][path]
 
     def _put(self, store: str, path: str, blob: str) -> None:
         files = self._files[store]
         if path not in files:
+            rank = self._rank[store]
             ranks = self._holders.setdefault(path, [])
-            ranks.append(self._rank[store])
+            ranks.append(rank)
             ranks.sort()
+            self._count_below(path, rank, 1)
         files[path] = blob
 
     def _drop(self, store: str, path: str) -> None:
         if self._files[store].pop(path, None) is None:
             return
+        rank = self._rank[store]
         ranks = self._holders[path]
-        ranks.remove(self._rank[store])
+        ranks.remove(rank)
         if not ranks:
             del self._holders[path]
+        self._count_below(path, rank, -1)
+
+    def _count_below(self, path: str, rank: int, delta: int) -> None:
+        """Note a file of ``rank`` at ``path`` come (+1) or gone (-1), and look again at the paths whose
+        collisions that can change: ``path`` and the folders it lies in."""
+        for folder in _folders_of(path):
+            counts = self._below.setdefault(folder, {})
+            counts[rank] = counts.get(rank, 0) + delta
+            if not counts[rank]:
+                del counts[rank]
+                if not counts:
+                    del self._below[folder]
+            self._recheck(folder)
+        self._recheck(path)
+
+    def _recheck(self, path: str) -> None:
+        # A store holding both `a` and `a/b` collides with nobody but another store.
+        files = self._holders.get(path)
+        if files and len(set(files) | set(self._below.get(path, ()))) > 1:
+            self._suspects.add(path)
+        else:
+            self._suspects.discard(path)
 
 
 def _folders_of(path: str) -> Iterator[str]:
@@ -207,3 +247,75 @@ def merged_history(histories: Sequence[Iterable[T]], key: Callable[[T], Any]) ->
     so the sequence is a pure function of the histories and the mount order.
     """
     return heapq.merge(*histories, key=key)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one store's memories appear in a view: under ``folder`` (a memory-path prefix, "" for flat
+    at the view's root), or nowhere, with ``refused`` saying why."""
+
+    store_id: str
+    folder: str
+    refused: str | None = None
+
+
+def place_stores(stores: Sequence[tuple[str, str | None]], root: str, *, unmounted: str) -> list[Placement]:
+    """Each store's folder from its ``mount_path`` (absolute, as the API gives it) relative to ``root``.
+
+    memsync never derives a mount path: a null one falls back to ``unmounted`` (``"id"``: a folder named
+    by the store id; ``"flat"``: the view's root). A mount path outside ``root``, holding ``..`` (or an
+    empty or ``.`` segment), or given to more than one store is refused for those stores alone.
+    """
+    prefix = root.rstrip("/") + "/"
+    placed: list[Placement] = []
+    for store_id, mount_path in stores:
+        if mount_path is None:
+            placed.append(Placement(store_id, store_id if unmounted == "id" else ""))
+            continue
+        relative = mount_path[len(prefix) :].rstrip("/") if mount_path.startswith(prefix) else None
+        segments = relative.split("/") if relative else []
+        if relative is None or not relative:
+            why = f"its mount_path {mount_path!r} is not a folder inside {prefix}"
+        elif ".." in segments:
+            why = f"its mount_path {mount_path!r} holds '..'"
+        elif any(segment in ("", ".") for segment in segments):
+            why = f"its mount_path {mount_path!r} has an empty or '.' segment"
+        else:
+            placed.append(Placement(store_id, relative))
+            continue
+        placed.append(Placement(store_id, "", f"{why}; the store is left out of the view"))
+    holders: dict[str, list[str]] = {}
+    for place in placed:
+        if place.refused is None and place.folder:
+            holders.setdefault(place.folder, []).append(place.store_id)
+    return [
+        Placement(
+            place.store_id,
+            "",
+            f"its folder {place.folder!r} is given to {', '.join(holders[place.folder])}: memsync does not"
+            " guess which one a session shows, so each is left out of the view",
+        )
+        if place.refused is None and place.folder and len(holders[place.folder]) > 1
+        else place
+        for place in placed
+    ]
+
+
+def current_at(times: Sequence[datetime], instant: datetime) -> int:
+    """The index of the last view commit whose version was created at or before ``instant`` (``times``:
+    each commit's exact ``created_at``, in history order, never decreasing), or -1 when none was."""
+    return bisect.bisect_right(times, instant) - 1
+
+
+def inexact_reason(firsts: Mapping[str, tuple[datetime, int | None]], instant: datetime) -> str | None:
+    """Why a view at ``instant`` may miss memories, or None when it is exact: a store whose history
+    (``firsts``: its first imported version's ``created_at`` and ``History-Truncated`` count) begins after
+    ``instant`` with versions missing (retention dropped them), so what it held then is unknown."""
+    late = [
+        f"{store} ({truncated} memories' first versions are gone; its history begins {first.isoformat()})"
+        for store, (first, truncated) in sorted(firsts.items())
+        if truncated and first > instant
+    ]
+    if not late:
+        return None
+    return "the history of " + "; of ".join(late) + " begins after that instant (version retention)"

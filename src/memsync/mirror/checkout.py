@@ -60,7 +60,7 @@ class ConflictPaths(pygit2.CheckoutCallbacks):
             crash_point("checkout.file_written")
 
 
-def _changed_paths(mirror: GitStore, old: str | None, new: str) -> set[str]:
+def changed_paths(mirror: GitStore, old: str | None, new: str) -> set[str]:
     """The tree paths that differ between two commits (both sides of a rename)."""
     with translated(f"comparing {old} with {new}"):
         deltas = mirror.tree(old).diff_to_tree(mirror.tree(new)).deltas
@@ -76,7 +76,7 @@ def local_changes(mirror: GitStore) -> tuple[str, ...]:
     if head is not None and head != tip:
         # Lost refs/memsync/base: where main left the imported history (imported commits are not local).
         base = mirror.ref_target(BASE_REF) or (None if tip is None else mirror.merge_base(head, tip))
-        committed = _changed_paths(mirror, base, head) if base != head else set()
+        committed = changed_paths(mirror, base, head) if base != head else set()
     if in_checkout and not committed and _toward_tip(mirror, head, in_checkout):
         return ()
     return tuple(sorted(in_checkout | committed))
@@ -132,7 +132,7 @@ def _marked_checkout(
         tree, strategy=strategy | CheckoutStrategy.DONT_OVERWRITE_IGNORED, callbacks=conflicts, paths=force
     )
     # Durable before the intent goes: a file a power cut left short stays memsync's to settle, not an edit.
-    written = force if force is not None else _changed_paths(mirror, old, new)
+    written = force if force is not None else changed_paths(mirror, old, new)
     make_durable(mirror.workdir, written)
     mirror.state.put("checkout", None)
 
@@ -174,7 +174,7 @@ def _settle(mirror: GitStore, old: str | None, new: str) -> list[str]:
     root = mirror.workdir
     kept: list[str] = []
     settle: dict[str, bytes | None] = {}  # tree path → the content it gets (None: no file)
-    for path in sorted(_changed_paths(mirror, old, new)):
+    for path in sorted(changed_paths(mirror, old, new)):
         before, after = _blob_data(old_tree, path), _blob_data(new_tree, path)
         on_disk = root / path
         if os.path.islink(on_disk) or os.path.isdir(on_disk):
@@ -257,7 +257,7 @@ def update_checkout(mirror: GitStore) -> CheckoutUpdate:
             # A file appeared in the way since the status (libgit2 then writes nothing). If it is the tip's
             # (a run killed before moving main), force those files and main..tip to the tip, no more.
             if _toward_tip(mirror, head, set(conflicts.paths)):
-                moved = _changed_paths(mirror, head, tip) | set(conflicts.paths)
+                moved = changed_paths(mirror, head, tip) | set(conflicts.paths)
                 _marked_checkout(mirror, head, tip, force=sorted(moved))
             else:
                 pending = set(local_changes(mirror)) | set(conflicts.paths)

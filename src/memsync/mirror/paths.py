@@ -87,6 +87,8 @@ def _forced_escapes(piece: str, final: bool, spelling: Spelling) -> set[int]:
 def _escape_piece(piece: str, final: bool, spelling: Spelling) -> str:
     forced = _forced_escapes(piece, final, spelling)
     escaped = _ESCAPED[spelling]
+    if not forced and escaped.search(piece) is None:
+        return piece  # the usual piece, without a match per character
     return "".join(_pct(ch) if i in forced or escaped.match(ch) else ch for i, ch in enumerate(piece))
 
 

@@ -10,23 +10,22 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pygit2
 from pygit2.enums import CheckoutStrategy, DeltaStatus, DiffOption
 
 from memsync.errors import MirrorError, UsageError
-from memsync.mirror.checkout import ConflictPaths
+from memsync.mirror.checkout import ConflictPaths, changed_paths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
-from memsync.mirror.gitbinary import require_git
+from memsync.mirror.gitbinary import require_git, run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
-from memsync.mirror.paths import decode_path, quote_for_message
+from memsync.mirror.paths import decoded, quote_for_message
 from memsync.mirror.refs import MAIN_REF
 from memsync.mirror.repository import ATTRIBUTES_BLOCK, EXCLUDE_BLOCK, PLAIN_CHECKOUT, ImportedVersion, Mirror
-from memsync.mirror.trailers import parse_message
+from memsync.mirror.trailers import format_time, parse_message
 
 VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
@@ -80,6 +79,7 @@ class ViewCommit:
             f"Memory-Store-Id: {self.store_id}",
             f"Memory-Version: {version.version_id}",
             f"Memory-Id: {version.memory_id}",
+            f"Created-At: {format_time(version.created_at)}",
             f"Operation: {version.operation}",
         ]
         lines += [f"Memory-Path: {quote_for_message(path)}" for path in paths]
@@ -91,9 +91,9 @@ class ViewCommit:
 class View:
     """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
-    def __init__(self, git: GitStore) -> None:
-        self.git = git
-        self.path = git.path
+    def __init__(self, git: GitStore, branch: str = MAIN_REF, root: str | None = None) -> None:
+        self.git, self.path = git, git.path
+        self.branch, self.root = branch, root  # root: the first commit of a shared view's branch
 
     @staticmethod
     def folder_name(value: str, what: str = "id") -> str:
@@ -118,15 +118,6 @@ class View:
         return root / VIEWS_FOLDER / identity / View.folder_name(template_id, "template id")
 
     @staticmethod
-    def find(root: Path) -> list[Path]:
-        """The view folders under ``root`` (``awareness/*/*`` holding a git directory), sorted."""
-        base = root / VIEWS_FOLDER
-        identities = sorted(folder for folder in base.iterdir() if folder.is_dir()) if base.is_dir() else []
-        return [
-            view for folder in identities for view in sorted(folder.iterdir()) if (view / ".git").is_dir()
-        ]
-
-    @staticmethod
     def store_history(
         mirror: Mirror, since: str | None = None, until: str | None = None
     ) -> Iterator[StoreCommit]:
@@ -145,13 +136,12 @@ class View:
                 commit_id = str(commit.id)
                 version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
                 parent = commit.parents[0].tree if commit.parents else mirror.git.tree(None)
-                removed: dict[str, str] = {}
-                added: dict[str, str] = {}
+                removed, added = dict[str, str](), dict[str, str]()
                 for delta in parent.diff_to_tree(commit.tree).deltas:
                     if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                        removed[decode_path(delta.old_file.path)] = str(delta.old_file.id)
+                        removed[decoded(delta.old_file.path)] = str(delta.old_file.id)
                     if delta.status is not DeltaStatus.DELETED:
-                        added[decode_path(delta.new_file.path)] = str(delta.new_file.id)
+                        added[decoded(delta.new_file.path)] = str(delta.new_file.id)
                 author, committer = _signature_line(commit.author), _signature_line(commit.committer)
             # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
             # addition of the same memory path with the same blob: no change of that memory at all.
@@ -173,7 +163,7 @@ class View:
         """The view at ``path``; with ``create``, made when absent (an empty folder is fine too)."""
         require_git()
         root = Path(path).absolute()
-        if not (root / ".git").is_dir():
+        if not (root / ".git").exists():  # a file in a linked worktree (open_shared)
             if not create:
                 raise MirrorError(f"{root} is not an awareness view (no .git); memsync awareness makes it")
             if root.exists() and (not root.is_dir() or any(root.iterdir())):
@@ -195,27 +185,45 @@ class View:
         view.git.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
         return view
 
+    @classmethod
+    def open_shared(cls, repository: Path, path: Path, branch: str, root: str | None = None) -> View:
+        """The view on ``branch`` of the bare ``repository`` such views share (made when absent), in a linked
+        worktree at ``path``; each branch starts at the same :meth:`empty_commit` (``root``, if known)."""
+        with GitStore(repository, create=None if repository.is_dir() else "bare") as shared:
+            shared.configure(_CONFIG, {"exclude": EXCLUDE_BLOCK, "attributes": ATTRIBUTES_BLOCK})
+            root = root or cls(shared).empty_commit()
+            if not (path / ".git").is_file():
+                if shared.ref_target(branch) is None:
+                    shared.set_ref_if_equals(branch, root, None)
+                add = ["worktree", "add", "--quiet", str(path), branch.removeprefix("refs/heads/")]
+                run_git(repository, add, action=f"making the view's checkout at {path}")
+        return cls(GitStore(path, action=f"opening the awareness view at {path}"), branch, root)
+
+    def empty_commit(self) -> str:
+        """The commit of the empty tree (epoch, ``memsync``): a view before anything was visible."""
+        epoch = pygit2.Signature("memsync", "memsync@memsync.invalid", 0, 0)
+        return self.git.create_commit(self.git.write_tree({}), [], epoch, "Nothing visible\n")
+
     def tip(self) -> str | None:
         """What ``main`` points at, or None before the first commit."""
-        return self.git.ref_target(MAIN_REF)
+        return self.git.ref_target(self.branch)
 
     def head_problem(self) -> str | None:
         """Why the checkout is not on ``main`` (in words), or None when it is."""
         head = self.git.head()
-        if head.target is not None and head.branch != MAIN_REF:
-            return "HEAD is not on main: run `git checkout main` in the view"
+        if head.target is not None and head.branch != self.branch:
+            return f"HEAD is not on {self.branch[11:]}: run `git checkout {self.branch[11:]}` in the view"
         return None
 
     def foreign_commits(self, since: str | None, tip: str) -> list[str]:
         """Commits after ``since`` up to ``tip`` (newest first) that memsync did not write."""
         with translated("reading the view's history"):
             hidden = since if since is not None and self.git.is_ancestor(since, tip) else None
-            found = []
-            for commit in self.git.walk(tip, since=hidden):
-                trailers = commit.message.rstrip("\n").split("\n\n")[-1].split("\n")
-                if not any(line.startswith(f"{_VIEW_TRAILER}: ") for line in trailers):
-                    found.append(str(commit.id))
-        return found
+            return [  # a line of the last paragraph (the trailers) is memsync's
+                str(commit.id)
+                for commit in self.git.walk(tip, since=hidden)
+                if f"\n{_VIEW_TRAILER}: " not in "\n" + commit.message.rstrip("\n").split("\n\n")[-1]
+            ]
 
     def edits(self) -> list[tuple[str, str]]:
         """``(tree path, "added", "modified" or "deleted")`` of each difference of the working tree from
@@ -231,35 +239,24 @@ class View:
             ]
         return sorted(found, key=lambda edit: edit[0])
 
-    def read_state(self) -> dict[str, Any] | None:
-        """The record of the last build (the state's ``view`` cache: without it the view is rebuilt)."""
-        loaded = self.git.state.get("view")
-        return loaded if isinstance(loaded, dict) else None
-
-    def write_state(self, state: Mapping[str, Any]) -> None:
-        self.git.state.put("view", dict(state))
-
-    def writer(self, *, rebuild: bool) -> ViewWriter:
-        """A writer appending to ``main`` (or, with ``rebuild``, replacing its whole history)."""
-        return ViewWriter(self, rebuild=rebuild)
-
 
 class ViewWriter:
     """Writes view commits (``git fast-import``, a process per batch); nothing is visible before
     :meth:`finish` checks them out and moves ``main``, so an interrupted build leaves at most an
-    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned."""
+    unreferenced pack. With ``rebuild`` the history starts empty, and what it replaced is pruned. ``paths``:
+    the ``paths`` a writer left at the tip it appends to (decoding every path of the tree is slow)."""
 
-    def __init__(self, view: View, *, rebuild: bool) -> None:
-        self._git = view.git
-        self._rebuild = rebuild
-        self._expected = view.tip()
-        start = None if rebuild else self._expected
-        self._tip = start  # the last commit of a finished batch
-        self._paths = PathMap({path: path for path in map(decode_path, self._git.tree_files(start))})
-        self._changes = self._paths.listener = TreeChanges()
+    def __init__(self, view: View, *, rebuild: bool, paths: PathMap | None = None) -> None:
+        self._git, self._branch = view.git, view.branch
+        self._rebuild, self._expected, self._root = rebuild, view.tip(), view.root
+        self._tip = start = view.root if rebuild else self._expected  # the last commit of a finished batch
+        if paths is None or rebuild:
+            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))})
+        self.paths, self._changes = paths, TreeChanges()
+        paths.listener = self._changes
         self._stream: FastImport | None = None
         self._blobs: set[str] = set()  # blobs this writer streamed (a rebuild keeps none of the old)
-        self.commits = 0
+        self.ids: list[str] = []  # of the commits written, in order (by the end of finish)
 
     def add(
         self, visible: Mapping[str, tuple[str, Callable[[str], bytes]] | None], commit: ViewCommit
@@ -272,17 +269,17 @@ class ViewWriter:
         self._changes.clear()
         for path, target in visible.items():
             if target is None:
-                if self._paths.owner(path) is not None:
-                    self._paths.remove(path)
+                if self.paths.owner(path) is not None:
+                    self.paths.remove(path)
                 continue
             blob_id, read = target
             if blob_id not in self._blobs and (self._rebuild or not self._git.has_object(blob_id)):
                 if stream.blob(read(blob_id)) != blob_id:
                     raise MirrorError(f"blob {blob_id} read from a store's mirror does not hash to its id")
                 self._blobs.add(blob_id)
-            if self._paths.owner(path) is None:
-                self._paths.add(path, path)
-            self._changes.put(self._paths, path, blob_id)
+            if self.paths.owner(path) is None:
+                self.paths.add(path, path)
+            self._changes.put(self.paths, path, blob_id)
         stream.commit(
             parent=self._tip,
             author=commit.source.author,
@@ -290,7 +287,6 @@ class ViewWriter:
             message=commit.message(),
             changes=self._changes,
         )
-        self.commits += 1
         if stream.commits >= DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
 
@@ -305,7 +301,9 @@ class ViewWriter:
                 conflicts = ConflictPaths()
                 strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
                 strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
-                self._git.checkout(target, strategy=strategy, callbacks=conflicts)
+                # An append checks out only what it changed: a whole tree's check costs its size.
+                changed = None if self._rebuild else sorted(changed_paths(self._git, expected, tip or ""))
+                self._git.checkout(target, strategy=strategy, callbacks=conflicts, paths=changed)
                 if conflicts.paths:
                     # The index takes main's entry for each skipped file, so git status shows the edit.
                     index = self._git.index()
@@ -316,10 +314,10 @@ class ViewWriter:
                             index.remove(path)
                     index.write()
             if tip is not None:
-                self._git.set_ref_if_equals(MAIN_REF, tip, expected, message="memsync: awareness view")
+                self._git.set_ref_if_equals(self._branch, tip, expected, message="memsync: awareness view")
             elif expected is not None:
-                self._git.delete_ref_if_equals(MAIN_REF, expected)
-        if self._rebuild:
+                self._git.delete_ref_if_equals(self._branch, expected)
+        if self._rebuild and self._expected not in (None, self._root):  # a new branch replaced nothing
             # The replaced history (and content a rewritten store no longer holds) leaves the view.
             self._git.drop_unreachable()
         else:
@@ -331,5 +329,5 @@ class ViewWriter:
         if stream is None:
             return
         ids = stream.finish()
-        if stream.commits:
-            self._tip = ids[stream.commits]
+        self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
+        self._tip = self.ids[-1] if self.ids else self._tip

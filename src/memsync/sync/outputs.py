@@ -258,16 +258,69 @@ class ViewEdit(Output):
     checkout: str | None
 
 
+class ViewStore(Output):
+    """A store of a view, as the API gave it (null where it does not say), and where it is shown:
+    ``folder`` ("" for flat at the view's root), or ``refused`` saying why it is left out."""
+
+    memory_store_id: str
+    order: int
+    name: str | None
+    description: str | None
+    access: str | None
+    instructions: str | None
+    mount_path: str | None
+    status: str | None
+    folder: str | None
+    refused: str | None
+
+
+class Pin(Output):
+    """A ref naming the view commit current at an instant (by the versions' exact ``created_at``)."""
+
+    ref: str
+    instant: str
+    commit: str
+    exact: bool
+    reason: str | None
+
+
+class PinnedRef(Output):
+    """A pin as ``status`` lists it, from the view's repository."""
+
+    ref: str
+    commit: str | None
+
+
+class SessionWrite(Output):
+    """A version the session wrote (the API's ``session_id`` filter), where the view shows it and the
+    view commit holding it (``visible`` false: its write changed nothing the view shows)."""
+
+    memory_store_id: str
+    version_id: str
+    memory_id: str
+    operation: str
+    memory_path: str | None
+    path: str | None
+    created_at: str
+    commit: str | None
+    visible: bool
+
+
 class ViewOutput(StoreOutput):
     """An awareness view in ``status``: ``view`` is always true, telling it from a mirror."""
 
     view: Literal[True]
-    identity: str
-    template: str
+    kind: Literal["forward", "stores", "session"]
+    identity: str | None
+    template: str | None
+    session: str | None
     path: str
+    branch: str
     tip: str | None
     built_at: str | None
     mounts: list[MountEntry]
+    stores: list[ViewStore]
+    pins: list[PinnedRef]
     collisions: list[CollisionEntry]
     edits: list[ViewEdit]
 
@@ -417,15 +470,24 @@ class MountsDocument(Output):
 
 
 class AwarenessDocument(Output):
-    """``awareness``: the view built, its mounts and every collision."""
+    """``awareness``: the view built, its stores (and Forward mounts), every collision, its pins."""
 
-    identity: str
-    template: str
+    kind: Literal["forward", "stores", "session"]
+    identity: str | None
+    template: str | None
+    session: str | None
     path: str
+    branch: str
     tip: str | None
     rebuilt: bool
     mounts: list[MountEntry]
+    stores: list[ViewStore]
+    layout: str | None
     collisions: list[CollisionEntry]
+    start: Pin | None
+    at: Pin | None
+    wrote: list[SessionWrite] | None
+    warnings: list[str]
 
 
 class FailedRun(Output):
