@@ -343,9 +343,11 @@ class Worktree:
             raise WorktreeChanged(tree_path, expected_sha256, found)
         return data
 
-    def apply(self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str]) -> list[str]:
+    def apply(
+        self, changes: Sequence[CheckoutChange], *, present: Mapping[str, str], moving: Set[str] | None = None
+    ) -> list[str]:
         """Carry out ``changes``, every expectation checked first, and respell the files ``present`` (as
-        scanned) whose ``%_`` suffix the new set of paths changes; returns warnings."""
+        scanned; only those in ``moving`` if given) whose spelling the new set of paths changes."""
         by_path = {change.memory_path: change for change in changes}
         if len(by_path) != len(changes):
             raise MirrorError("two checkout changes for one memory: the plan is inconsistent")
@@ -359,7 +361,7 @@ class Worktree:
             if (wanted := by_path.get(memory_path)) is not None:
                 where = self.locate(memory_path)
                 pending.append(((wanted.in_place and where) or spelling[memory_path], where, wanted))
-            elif present[memory_path] != spelling[memory_path]:
+            elif present[memory_path] != spelling[memory_path] and (moving is None or memory_path in moving):
                 pending.append((spelling[memory_path], present[memory_path], None))
         touched = [path for target, where, _ in pending for path in (target, where) if path is not None]
         for memory_path in sorted(removed):

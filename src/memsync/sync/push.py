@@ -70,7 +70,7 @@ from memsync.errors import (
     UserError,
     storage_fault,
 )
-from memsync.mirror import Merger, Mirror, Snapshots
+from memsync.mirror import Merger, Mirror, Snapshots, encode_paths
 from memsync.mirror import encode_path as _encode_path
 from memsync.mirror.conflicts import ConflictRecord
 from memsync.mirror.paths import FILE_SUFFIX, Spelling, read_spelling
@@ -591,21 +591,32 @@ class _Execution:
         if changes:
             self.mirror.worktree.wait_for_index_lock()
         # A file is respelled only once the store holds its content: a rejected or conflicting file,
-        # or one whose write failed, stays where its user put it.
-        present = {
-            path: found.tree_path
+        # or one whose write failed, stays where its user put it (and still shapes the others' names).
+        present = {path: found.tree_path for path, found in scan.files.items()}
+        stored_here = {
+            path
             for path, found in scan.files.items()
             if found.sha256 is not None
             and (entry := stored.get(path)) is not None
             and entry.hash == found.sha256
         }
+        # But a file in the way of a folder the store needs gains its %_ suffix whatever it holds.
+        removed = {change.memory_path for change in changes if change.data is None}
+        final = (set(present) | {change.memory_path for change in changes}) - removed
+        spelled = encode_paths(final)
+        stored_here |= {
+            path
+            for path, old in present.items()
+            if path in final
+            and FILE_SUFFIX in (spelled[path].removeprefix(old), old.removeprefix(spelled[path]))
+        }
         try:
-            warnings = self.mirror.worktree.apply(changes, present=present)
+            warnings = self.mirror.worktree.apply(changes, present=present, moving=stored_here)
         except WorktreeChanged as exc:
             raise Replan(str(exc)) from None
         self.report.warnings.extend(warnings)
-        for memory_path, old in present.items():
-            new = self.mirror.worktree.locate(memory_path)
+        for memory_path in sorted(stored_here):
+            old, new = present[memory_path], self.mirror.worktree.locate(memory_path)
             if new is not None and new != old:
                 self.report.respelled.append({"path": old, "to": new, "reason": respelling_reason(old, new)})
         for change in changes:
