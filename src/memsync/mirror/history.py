@@ -97,7 +97,7 @@ class PathMap:
     and 5); a ``listener`` gets the tree change of every file whose spelling changes as paths come and go.
     """
 
-    def __init__(self, by_path: dict[str, str] | None = None) -> None:
+    def __init__(self, by_path: dict[str, str] | None = None, *, novelty: bool = True) -> None:
         self._by_path: dict[str, str] = {}
         self._by_memory: dict[str, str] = {}
         self._dirs: dict[str, int] = {}
@@ -105,12 +105,13 @@ class PathMap:
         self._names: dict[tuple[str, str], dict[str, int]] = {}
         self._collisions = 0  # groups of _names with more than one name
         self._novel: set[str] = set()  # files spelled by a rule of Memsync-Format 2
+        self._novelty = novelty  # whether to keep _novel (a view never asks: it costs two spellings a file)
         self.listener: TreeChanges | None = None
         for path, memory_id in (by_path or {}).items():
             self.add(path, memory_id)
 
     def copy(self) -> PathMap:
-        clone = PathMap()
+        clone = PathMap(novelty=self._novelty)
         clone._by_path = dict(self._by_path)
         clone._by_memory = dict(self._by_memory)
         clone._dirs = dict(self._dirs)
@@ -233,6 +234,8 @@ class PathMap:
                 self.listener.append(Move(old, new))
 
     def _note_novel(self, path: str) -> None:
+        if not self._novelty:
+            return
         suffixed = self.is_directory(path)
         folded = self._folded(path)
         if folded or _tree_path(path, suffixed, ()) != _tree_path(path, suffixed, (), Spelling.FORMAT1):

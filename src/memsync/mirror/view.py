@@ -7,9 +7,11 @@ the message derives from ids and paths, the tree from the file set.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 from urllib.parse import quote
 
 import pygit2
@@ -19,7 +21,7 @@ from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths, changed_paths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
-from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitbinary import NO_HOOKS, git_environment, require_git, run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decoded, quote_for_message
@@ -39,14 +41,6 @@ _CONFIG: dict[str, str] = {
     "core.logallrefupdates": "false",
     "memsync.viewformat": VIEW_FORMAT,
 }
-
-
-def _signature_line(signature: pygit2.Signature) -> bytes:
-    """The author or committer line exactly as the commit records it (raw bytes, its own offset)."""
-    sign = "-" if signature.offset < 0 else "+"
-    hours, minutes = divmod(abs(signature.offset), 60)
-    name, email = signature.raw_name, signature.raw_email
-    return b"%s <%s> %d %s%02d%02d" % (name, email, signature.time, sign.encode(), hours, minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +82,27 @@ class ViewCommit:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+def _tokens(stream: IO[bytes]) -> Iterator[bytes]:
+    """The NUL-separated fields of ``git log -z``, read a chunk at a time."""
+    pending = b""
+    while chunk := stream.read(1 << 16):
+        *whole, pending = (pending + chunk).split(b"\0")
+        yield from whole
+    yield pending
+
+
+def _store_commit(head: bytes, removed: dict[str, str], added: dict[str, str]) -> StoreCommit:
+    commit_id, author, committer, message = head.split(b"\n", 3)
+    version = ImportedVersion.from_trailers(
+        commit_id.decode(), parse_message(message.decode(), commit_id.decode())
+    )
+    # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
+    # addition of the same memory path with the same blob: no change of that memory at all.
+    changes: dict[str, str | None] = {path: None for path in removed if path not in added}
+    changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
+    return StoreCommit(version, author, committer, changes)
+
+
 class View:
     """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
@@ -122,32 +137,40 @@ class View:
         mirror: Mirror, since: str | None = None, until: str | None = None
     ) -> Iterator[StoreCommit]:
         """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
-        first; read one at a time, so memory stays flat whatever the history's length."""
+        first, streamed by one ``git log`` (a tree diff per commit through pygit2 costs several times more,
+        and each store's process runs beside the others'); memory stays flat whatever the length."""
         tip = until or mirror.tip()
         if tip is None:
             return
-        with translated(f"walking the history of {mirror.path}"):
-            commits = mirror.git.walk(tip, since=since, oldest_first=True)
-        while True:
-            with translated(f"reading the history of {mirror.path}"):
-                commit = next(commits, None)
-                if commit is None:
-                    return
-                commit_id = str(commit.id)
-                version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
-                parent = commit.parents[0].tree if commit.parents else mirror.git.tree(None)
-                removed, added = dict[str, str](), dict[str, str]()
-                for delta in parent.diff_to_tree(commit.tree).deltas:
-                    if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                        removed[decoded(delta.old_file.path)] = str(delta.old_file.id)
-                    if delta.status is not DeltaStatus.DELETED:
-                        added[decoded(delta.new_file.path)] = str(delta.new_file.id)
-                author, committer = _signature_line(commit.author), _signature_line(commit.committer)
-            # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
-            # addition of the same memory path with the same blob: no change of that memory at all.
-            changes: dict[str, str | None] = {path: None for path in removed if path not in added}
-            changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-            yield StoreCommit(version, author, committer, changes)
+        command = ["git", *NO_HOOKS, f"--git-dir={mirror.git.git_dir}", "log", "-z", "--reverse", "--raw"]
+        command += ["--topo-order", "--root", "--no-renames", "--no-abbrev", "--no-color", "--date=raw", tip]
+        command += ["--format=%x01%H%n%an <%ae> %ad%n%cn <%ce> %cd%n%B", *([f"^{since}"] if since else [])]
+        git = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_environment())
+        assert git.stdout is not None and git.stderr is not None
+        head, tokens, read = None, _tokens(git.stdout), False
+        removed, added = dict[str, str](), dict[str, str]()
+        try:  # a commit's fields, then `:mode mode old-blob new-blob status` and its path for each file
+            for token in tokens:
+                if token.startswith(b"\x01"):
+                    if head is not None:
+                        yield _store_commit(head, removed, added)
+                    head, removed, added = token[1:], {}, {}
+                elif token.strip(b"\n"):
+                    _, _, old, new, status = token.lstrip(b"\n").decode().split(" ")
+                    path = decoded(next(tokens).decode("utf-8", "surrogateescape"))
+                    if status in ("D", "T"):
+                        removed[path] = old
+                    if status != "D":
+                        added[path] = new
+            read = True
+            if head is not None:
+                yield _store_commit(head, removed, added)
+        finally:  # a reader that stopped early closes the pipe: git ends on its next write
+            git.stdout.close()
+            errors = git.stderr.read().decode("utf-8", "replace").strip().splitlines()
+            if git.wait() and read:
+                raise MirrorError(f"reading the history of {mirror.path} failed: {' / '.join(errors[-3:])}")
+            git.stderr.close()
 
     def close(self) -> None:
         self.git.close()
@@ -251,7 +274,7 @@ class ViewWriter:
         self._rebuild, self._expected, self._root = rebuild, view.tip(), view.root
         self._tip = start = view.root if rebuild else self._expected  # the last commit of a finished batch
         if paths is None or rebuild:
-            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))})
+            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))}, novelty=False)
         self.paths, self._changes = paths, TreeChanges()
         paths.listener = self._changes
         self._stream: FastImport | None = None
