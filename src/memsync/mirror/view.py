@@ -310,7 +310,8 @@ class ViewWriter:
             message=commit.message(),
             changes=self._changes,
         )
-        if stream.commits >= DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
+        # Ten of an import's batches: each waits for its pack, and past eight packs the view is repacked.
+        if stream.commits >= 10 * DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
 
     def finish(self) -> str | None:
