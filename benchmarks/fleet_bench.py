@@ -10,7 +10,9 @@ api_fetch_bench's LatencyProxy, which delays every request by that much) one run
 - a **no-op pull** of every store: requests per store (target: 1, plus the store listing) and time;
 - a **no-op cycle** of every store (``memsync daemon --once``, the daemon's cycle: pull, reconcile,
   push): time, and the time 10,000 stores would take at that rate (target at 50 ms: one 5-minute
-  interval).
+  interval);
+- the **CPU** of each no-op, per store: user + system seconds of memsync and the git processes it
+  ran, its start included, at ``[fleet] concurrency`` and one store at a time (target: 3 ms);
 
 On loopback it also runs ``memsync daemon`` twice, over ``--small`` stores and over all of them, each
 until every store's first cycle is done, and prints its threads (``/proc/PID/task``; target: the same
@@ -30,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -94,6 +97,14 @@ def write_config(
 
 def memsync(config: Path, *args: str) -> tuple[float, dict[str, Any]]:
     """Run ``memsync --config CONFIG ARGS --json``: wall seconds and its JSON."""
+    wall, _, document = memsync_cpu(config, *args)
+    return wall, document
+
+
+def memsync_cpu(config: Path, *args: str) -> tuple[float, float, dict[str, Any]]:
+    """Run ``memsync --config CONFIG ARGS --json``: wall seconds, CPU seconds (user + system of memsync
+    and the git processes it ran, from the kernel's accounting of reaped children) and its JSON."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     child = subprocess.run(
         [sys.executable, "-m", "memsync", "--config", str(config), *args, "--json"],
@@ -102,9 +113,11 @@ def memsync(config: Path, *args: str) -> tuple[float, dict[str, Any]]:
         env={**os.environ, TOKEN_ENV: TOKEN},
     )
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     if child.returncode not in (0, 4):
         raise RuntimeError(f"memsync {' '.join(args)} exited {child.returncode}: {child.stderr[-3000:]}")
-    return wall, json.loads(child.stdout)
+    return wall, cpu, json.loads(child.stdout)
 
 
 def lone_request_s(base_url: str, rounds: int = 21) -> float:
@@ -227,10 +240,14 @@ def fleet_run(workdir: Path, label: str, base_url: str, stores: int, jobs: int |
         raise RuntimeError(f"first pull: {len(entries)} stores, failed {failed[:5]}")
     listing = math.ceil(stores / 100)
     first_requests = sum(entry["requests"] for entry in entries) + listing
-    noop_s, noop = memsync(config, "pull")
+    noop_s, noop_cpu, noop = memsync_cpu(config, "pull")
     noop_requests = [entry["requests"] for entry in noop["stores"]]
-    cycle_s, cycle = memsync(config, "daemon", "--once")
+    cycle_s, cycle_cpu, cycle = memsync_cpu(config, "daemon", "--once")
     cycle_requests = [entry["requests"] for entry in cycle["stores"]]
+    # The same no-ops one store at a time, over the same mirrors.
+    one_by_one = write_config(folder, base_url, jobs=1, name="sequential")
+    noop_seq_s, noop_seq_cpu, _ = memsync_cpu(one_by_one, "pull")
+    cycle_seq_s, cycle_seq_cpu, _ = memsync_cpu(one_by_one, "daemon", "--once")
     return {
         "label": label,
         "lone_request_s": lone,
@@ -243,6 +260,12 @@ def fleet_run(workdir: Path, label: str, base_url: str, stores: int, jobs: int |
         "listing_requests": listing,
         "noop_cycle_s": cycle_s,
         "noop_cycle_requests_per_store": statistics.mean(cycle_requests),
+        "noop_pull_cpu_s": noop_cpu,
+        "noop_cycle_cpu_s": cycle_cpu,
+        "noop_pull_sequential_s": noop_seq_s,
+        "noop_pull_sequential_cpu_s": noop_seq_cpu,
+        "noop_cycle_sequential_s": cycle_seq_s,
+        "noop_cycle_sequential_cpu_s": cycle_seq_cpu,
         "fleet_poll_s": cycle_s / stores * FLEET,
         "tips": {entry["id"]: entry["tip"] for entry in entries},
         "folder": str(folder),
@@ -361,6 +384,15 @@ def _table(report: dict[str, Any]) -> str:
                 f"{run['noop_pull_s']:.1f} s ({run['noop_pull_s'] / stores * 1000:.1f} ms per store),"
                 f" {run['noop_requests_per_store']:.2f} requests per store (max {run['noop_requests_max']})"
                 f" + {run['listing_requests']} for the store listing",
+            ),
+            (
+                f"{label}: no-op CPU per store",
+                f"pull {run['noop_pull_cpu_s'] / stores * 1000:.2f} ms"
+                f" (one at a time {run['noop_pull_sequential_cpu_s'] / stores * 1000:.2f} ms,"
+                f" {run['noop_pull_sequential_s']:.1f} s),"
+                f" cycle {run['noop_cycle_cpu_s'] / stores * 1000:.2f} ms"
+                f" (one at a time {run['noop_cycle_sequential_cpu_s'] / stores * 1000:.2f} ms,"
+                f" {run['noop_cycle_sequential_s']:.1f} s): memsync and its git processes, start included",
             ),
             (
                 f"{label}: no-op cycle (daemon --once)",

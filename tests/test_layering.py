@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "demo": {"errors", "rules", "config", "api", "mirror", "engine", "sync", "server"},
     "crashpoints": set(),
     "processes": set(),
+    "locations": set(),
     "__init__": set(),
     "__main__": {"cli"},
 }
@@ -79,8 +80,8 @@ def violations(root: Path = SRC) -> list[str]:
             if top == "memsync":
                 parts = module.split(".")
                 target = parts[1] if len(parts) > 1 else "__init__"
-                # errors, crashpoints and processes are leaves every package may use.
-                leaf = target in ("errors", "crashpoints", "processes")
+                # errors, crashpoints, processes and locations are leaves every package may use.
+                leaf = target in ("errors", "crashpoints", "processes", "locations")
                 if target != package and not leaf and target not in ALLOWED.get(package, set()):
                     problems.append(f"{where}: memsync.{package} may not import memsync.{target}")
             elif top in OWNED and package not in OWNED[top]:

@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 
 import click
 
-from memsync.config import default_config_path
 from memsync.errors import EXIT_FAILED, EXIT_USAGE, MemsyncError, UsageError, UserError, storage_fault
+from memsync.locations import default_config_path
 from memsync.rules import MAX_ANTHROPIC_MEMORIES, MAX_ANTHROPIC_VERSIONS
 
 
@@ -1244,6 +1244,12 @@ def _wants_json(args: list[str]) -> bool:
     return "--json" in (args[: args.index("--")] if "--" in args else args)
 
 
+def _skip_httpx_command_line() -> None:
+    # httpx's package imports its own command line, and with it rich and pygments (~50 ms of every
+    # start that makes a request); memsync never runs it. A process that imported httpx first keeps it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the console script: run the command and exit with its code.
 
@@ -1251,6 +1257,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     prints one object on stdout, ``{"error": …, "exit_code": …, "stores": []}``, as every other run
     does; the line on stderr is printed either way.
     """
+    _skip_httpx_command_line()
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
     _show_retries(every_retry=not as_json and sys.stderr.isatty())

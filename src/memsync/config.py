@@ -32,11 +32,11 @@ from pydantic import (
 )
 
 from memsync.errors import ConfigError, RuleViolation
+from memsync.locations import default_config_path
 from memsync.rules import Dialect, parse_duration
 
 log = logging.getLogger("memsync.config")
 
-CONFIG_FILE_NAME = "memsync.toml"
 # Where the token is read from when the config names neither api.token_env nor api.token_file.
 DEFAULT_TOKEN_ENV = "MEMSYNC_TOKEN"
 
@@ -421,12 +421,6 @@ def keeps_modes(folder: Path) -> bool | None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
-
-
-def default_config_path() -> Path:
-    from platformdirs import user_config_path
-
-    return user_config_path("memsync") / CONFIG_FILE_NAME
 
 
 def load_config(path: str | Path | None = None) -> Config:

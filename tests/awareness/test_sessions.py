@@ -259,6 +259,7 @@ def test_an_archived_store_stays_in_its_session_view(tmp_path: Path, server: Ser
     assert report.stores[0]["status"] == "archived"
 
 
+@pytest.mark.e2e  # runs memsync as a process
 def test_an_unknown_session_exits_2(tmp_path: Path, server: ServerProcess) -> None:
     config = write_config(tmp_path, server.base_url, dialect="anthropic")
     done = memsync(config, "awareness", "--session", "sesn_nobody", token=server.token)
@@ -272,6 +273,7 @@ def test_an_unknown_session_exits_2(tmp_path: Path, server: ServerProcess) -> No
     assert both.returncode == 2 and "one of them" in both.stderr
 
 
+@pytest.mark.e2e  # runs memsync as a process
 def test_the_cli_json_and_status_offline(tmp_path: Path, server: ServerProcess) -> None:
     config = write_config(tmp_path, server.base_url, dialect="anthropic")
     with open_client(Dialect.ANTHROPIC, server.base_url, server.token) as client:
@@ -434,6 +436,7 @@ def test_at_before_a_history_retention_cut_is_not_exact(tmp_path: Path, server_f
         assert later["at"]["exact"] is True and later["at"]["reason"] is None
 
 
+@pytest.mark.e2e  # runs memsync as a process
 def test_forward_at_pins_finer_than_git_dates(tmp_path: Path, server: ServerProcess) -> None:
     """`git rev-list --before` only knows whole seconds; a pin goes by the exact created_at."""
     with open_client(Dialect.FORWARD, server.base_url, server.token) as client:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memsync.api import open_client
-from memsync.mirror.gitstore import REPLACE_ATTEMPTS, replace_over
+from memsync.mirror.gitstore import REPLACE_ATTEMPTS, TEMPORARY_PREFIX, replace_over
 from memsync.rules import Dialect
 from tests.support.machine import cannot_run_here
 from tests.support.server import ServerProcess
@@ -128,3 +128,41 @@ def test_a_checkout_syncs_what_it_wrote_before_its_intent_goes(
 def c_is(call: str, name: str) -> bool:
     """Whether a line of the trace is a call of ``name``."""
     return call.startswith(f"{name}(")
+
+
+@pytest.mark.e2e
+def test_a_push_syncs_what_it_wrote_into_the_checkout_before_the_base_moves(
+    tmp_path: Path, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        store = client.create_store(f"durable-{uuid.uuid4().hex[:6]}", idempotency_key=str(uuid.uuid4()))
+        client.create_memory(store.id, "notes/a.md", "edited here\n")
+        theirs = client.create_memory(store.id, "notes/b.md", "edited there\n")
+    (tmp_path / "memsync.toml").write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_env = "MS_TOKEN"\n'
+        f'[mirror]\nroot = "mirrors"\n[stores]\ninclude = ["{store.id}"]\n'
+    )
+    monkeypatch.setenv("MS_TOKEN", server.token)
+    pulled = subprocess.run(
+        [sys.executable, "-m", "memsync", "--config", "memsync.toml", "pull"],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    checkout = tmp_path / "mirrors" / store.id
+    (checkout / "notes" / "a.md").write_text("edited here, twice\n")
+    with open_client(Dialect.FORWARD, server.base_url, server.token) as client:
+        client.update_memory(store.id, theirs.id, "edited there, twice\n", expected_sha256=None)
+    # The pull leaves a checkout with a local edit alone: the push writes b.md's new version into it.
+    script = "from memsync.cli import main\nmain(['--config', 'memsync.toml', 'push'])\n"
+    calls = [re.sub(r"^\d+\s+", "", line) for line in _strace(script, tmp_path)]
+    renamed = [i for i, c in enumerate(calls) if c_is(c, "rename") and c.endswith('") = 0')]
+    written = next(
+        i for i in renamed if TEMPORARY_PREFIX in calls[i] and calls[i].endswith('notes/b.md") = 0')
+    )
+    moved = next(i for i in renamed if i > written and calls[i].endswith('refs/memsync/base") = 0'))
+    synced = [c for c in calls[written:moved] if c_is(c, "fsync") or c_is(c, "syncfs")]
+    if not any(c_is(c, "syncfs") for c in synced):  # many files: the whole filesystem at once
+        assert any(c.endswith(f"<{checkout}/notes/b.md>) = 0") for c in synced), "\n".join(synced)
+        assert any(c.endswith(f"<{checkout}/notes>) = 0") for c in synced), "\n".join(synced)
+    assert (checkout / "notes" / "b.md").read_text() == "edited there, twice\n"

@@ -26,9 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from memsync.api._errors import (
     Conflict,
@@ -60,6 +58,9 @@ from memsync.rules import (
     check_store_metadata,
     sha256_hex,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("memsync.api")
 

@@ -31,11 +31,12 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Iterator
-from typing import TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, TypeVar
 
 from memsync.errors import ApiError, AuthenticationFailed
+
+if TYPE_CHECKING:
+    import httpx
 
 _F = TypeVar("_F", bound="Failure")
 
@@ -189,6 +190,8 @@ def translated_transport_errors(what: str, secret: str) -> Iterator[None]:
     and a traceback printer or error reporter walking ``__cause__`` could reach them. Its text is shown
     without ``secret``.
     """
+    import httpx
+
     try:
         yield
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
@@ -196,6 +199,8 @@ def translated_transport_errors(what: str, secret: str) -> Iterator[None]:
 
 
 def _translated(exc: httpx.HTTPError | httpx.InvalidURL, what: str, text: str) -> Failure:
+    import httpx
+
     name = type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         return TransportError(f"{what}: timed out ({name})")

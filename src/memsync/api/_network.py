@@ -21,14 +21,15 @@ import ipaddress
 import logging
 import os
 import ssl
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from memsync.errors import ConfigError
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("memsync.api")
 
@@ -81,6 +82,8 @@ def route_for(base_url: str, configured: str | None = None) -> Route:
         return Route()
     if configured is not None:
         return Route(configured or None, "api.proxy")
+    import urllib.request
+
     proxies = urllib.request.getproxies()
     if not proxies:
         return Route()
@@ -166,6 +169,8 @@ def transport_for(
     max_connections: int,
 ) -> httpx.HTTPTransport:
     """The one transport a client sends through: its pool, its route, its certificates."""
+    import httpx
+
     if route.proxy is not None:
         log.info("requests to %s go %s", urlsplit(base_url).hostname, route)
     try:

@@ -21,9 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from memsync.api._errors import (
     Failure,
@@ -45,6 +43,11 @@ from memsync.api._network import (
     trust_for,
 )
 from memsync.api._wire import Wire
+
+if TYPE_CHECKING:
+    # Imported where a request is made: a command that makes none starts without httpx (~20 ms,
+    # and its own command line's rich and pygments, ~50 ms more).
+    import httpx
 
 log = logging.getLogger("memsync.api")
 
@@ -165,6 +168,8 @@ class Transport:
         self._lock = threading.Lock()
         self._requests = 0
         self._retries = 0
+        import httpx
+
         # Requests go straight to httpx's transport (its public API for sending one request), not
         # through httpx.Client: the client's URL merging, cookie jar, auth flow and redirect
         # handling cost ~190 µs of CPU per request, a third of a content fetch's (benchmarks/
@@ -319,6 +324,8 @@ class Transport:
         what: str,
         attempt: int,
     ) -> Answer | _Failed:
+        import httpx
+
         with self._lock:
             self._requests += 1
         try:

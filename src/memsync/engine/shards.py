@@ -15,9 +15,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from memsync.config import Shard, parse_shard
 from memsync.errors import UsageError
+
+if TYPE_CHECKING:  # the config's models are built only where a shard is parsed
+    from memsync.config import Shard
 
 SHARD_ENV = "MEMSYNC_SHARD"
 # Set by the StatefulSet next to `replicas`: a pod cannot read its set's replica count without API
@@ -113,6 +116,8 @@ def statefulset_shard(environ: Mapping[str, str], hostname: str) -> tuple[Shard,
 
 
 def _parse(value: str, source: str) -> Shard:
+    from memsync.config import parse_shard
+
     try:
         return parse_shard(value)
     except ValueError as exc:

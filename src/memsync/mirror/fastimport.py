@@ -9,6 +9,7 @@ to a ref memsync reads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import subprocess
 import sys
 import tempfile
@@ -81,13 +82,20 @@ class FastImport:
         require_git()
         self._marks_file = marks_file
         marks_file.unlink(missing_ok=True)
-        # A file, not a pipe: a pipe nobody reads until the end could fill and stall fast-import.
-        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _close, after the wait)
         # Always a pack: git leaves under 100 objects loose, and a daemon's small pulls would pile them up.
         command = ["git", *NO_HOOKS, "-c", "fastimport.unpackLimit=0", f"--git-dir={git_dir}", "fast-import"]
         command += ["--quiet", "--done", "--force", "--date-format=raw", f"--export-marks={marks_file}"]
+        self._command = command
+        self.commits = 0
+        self.bytes_written = 0
+
+    @functools.cached_property
+    def _stdin(self) -> IO[bytes]:
+        # Started at the first write: a stream that writes nothing (a no-op pull's metadata) runs no git.
+        # A file, not a pipe: a pipe nobody reads until the end could fill and stall fast-import.
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _close, after the wait)
         self._process = subprocess.Popen(
-            command,
+            self._command,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
@@ -101,11 +109,10 @@ class FastImport:
 
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-        self._stdin: IO[bytes] = self._process.stdin
-        self.commits = 0
-        self.bytes_written = 0
         # The scratch branch starts empty: a root commit must not inherit a killed writer's tip.
-        self._send(b"reset " + SCRATCH_REF.encode() + b"\n")
+        with contextlib.suppress(BrokenPipeError):  # git's own words come with the next write
+            self._process.stdin.write(b"reset " + SCRATCH_REF.encode() + b"\n")
+        return self._process.stdin
 
     def blob(self, data: bytes) -> str:
         self._send(b"blob\ndata %d\n" % len(data), data, b"\n")
@@ -166,7 +173,7 @@ class FastImport:
 
     def abort(self) -> None:
         """End the stream, keeping nothing reachable: the scratch ref is deleted, no ref moved."""
-        if self._process.returncode is not None:
+        if "_stdin" not in vars(self) or self._process.returncode is not None:
             return
         with contextlib.suppress(MirrorError):
             self._send(_END)

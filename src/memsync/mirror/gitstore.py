@@ -45,11 +45,8 @@ TEMPORARY_PREFIX = ".#memsync-"
 # The lock files git and libgit2 take in a repository's git folder; refs/ holds one per ref updated.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "packed-refs.lock", "config.lock", "shallow.lock")
 # Windows flushes a file only through a handle that may write to it; POSIX through any.
-_SYNC_FILE_FLAGS = (
-    (os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_BINARY", 0)
-)
+_SYNC_FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+_SYNC_FILE_FLAGS |= os.O_RDWR if sys.platform == "win32" else os.O_RDONLY
 # Past this many files a whole-filesystem sync (Linux syncfs) is cheaper than one fsync per file.
 _SYNC_EACH_UP_TO = 64
 # Windows cannot replace a file another program holds open (an editor, a virus scanner) until it lets go.

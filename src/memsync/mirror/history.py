@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import astuple, dataclass, field
@@ -52,6 +53,9 @@ DEFAULT_AUTHOR_EMAIL = "memsync@localhost"
 
 DEFAULT_BATCH_COMMITS = 1000
 DEFAULT_BATCH_BYTES = 32 << 20
+# Paths Format 1 spelled alike, seen without spelling them twice: ASCII, unsplit, none of rule 6's cases.
+_SEGMENT = r'(?!(?i:con|prn|aux|nul|com.|lpt.)(?:[ ./]|$))[^<>:"|?*/\x00-\x1f\x7f-\U0010ffff]{0,79}(?<![. ])'
+_ALIKE = re.compile(f"{_SEGMENT}(?:/{_SEGMENT})*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,7 @@ class PathMap:
     and 5); a ``listener`` gets the tree change of every file whose spelling changes as paths come and go.
     """
 
-    def __init__(self, by_path: dict[str, str] | None = None, *, novelty: bool = True) -> None:
+    def __init__(self, by_path: dict[str, str] | None = None) -> None:
         self._by_path: dict[str, str] = {}
         self._by_memory: dict[str, str] = {}
         self._dirs: dict[str, int] = {}
@@ -105,19 +109,19 @@ class PathMap:
         self._names: dict[tuple[str, str], dict[str, int]] = {}
         self._collisions = 0  # groups of _names with more than one name
         self._novel: set[str] = set()  # files spelled by a rule of Memsync-Format 2
-        self._novelty = novelty  # whether to keep _novel (a view never asks: it costs two spellings a file)
         self.listener: TreeChanges | None = None
+        # A whole map at once (a cache read back): each file's spelling read once, from the final counts.
         for path, memory_id in (by_path or {}).items():
-            self.add(path, memory_id)
+            self._count(path, 1)
+            self._by_path[path], self._by_memory[memory_id] = memory_id, path
+        for path in self._by_path:
+            self._note_novel(path)
 
     def copy(self) -> PathMap:
-        clone = PathMap(novelty=self._novelty)
-        clone._by_path = dict(self._by_path)
-        clone._by_memory = dict(self._by_memory)
-        clone._dirs = dict(self._dirs)
+        clone = PathMap()
+        clone._by_path, clone._by_memory = dict(self._by_path), dict(self._by_memory)
+        clone._dirs, clone._collisions, clone._novel = dict(self._dirs), self._collisions, set(self._novel)
         clone._names = {key: dict(names) for key, names in self._names.items()}
-        clone._collisions = self._collisions
-        clone._novel = set(self._novel)
         return clone
 
     def __len__(self) -> int:
@@ -152,15 +156,13 @@ class PathMap:
     def add(self, path: str, memory_id: str) -> None:
         before = {other: self.spelling(other) for other in self._respelled_by(path, adding=True)}
         self._count(path, 1)
-        self._by_path[path] = memory_id
-        self._by_memory[memory_id] = path
+        self._by_path[path], self._by_memory[memory_id] = memory_id, path
         self._note_novel(path)
         self._announce(before)
 
     def remove(self, path: str) -> None:
         before = {other: self.spelling(other) for other in self._respelled_by(path, adding=False) - {path}}
-        memory_id = self._by_path.pop(path)
-        del self._by_memory[memory_id]
+        del self._by_memory[self._by_path.pop(path)]
         if self.listener is not None:
             self.listener.append(Remove(self.spelling(path)))
         self._novel.discard(path)
@@ -169,8 +171,7 @@ class PathMap:
 
     def reassign(self, path: str, memory_id: str) -> None:
         del self._by_memory[self._by_path[path]]
-        self._by_path[path] = memory_id
-        self._by_memory[memory_id] = path
+        self._by_path[path], self._by_memory[memory_id] = memory_id, path
 
     def _folded(self, path: str, *, adding: bool = False) -> tuple[int, ...]:
         """Rule 5: the indexes of ``path``'s segments spelled folded (a sibling folds like them)."""
@@ -234,14 +235,11 @@ class PathMap:
                 self.listener.append(Move(old, new))
 
     def _note_novel(self, path: str) -> None:
-        if not self._novelty:
-            return
         suffixed = self.is_directory(path)
-        folded = self._folded(path)
-        if folded or _tree_path(path, suffixed, ()) != _tree_path(path, suffixed, (), Spelling.FORMAT1):
-            self._novel.add(path)
-        else:
-            self._novel.discard(path)
+        alike = _ALIKE.fullmatch(path) or _tree_path(path, suffixed) == _tree_path(
+            path, suffixed, (), Spelling.FORMAT1
+        )
+        (self._novel.discard if alike and not self._folded(path) else self._novel.add)(path)
 
 
 def apply_change(paths: PathMap, memory_id: str, operation: Operation, written: str | None) -> None:

@@ -274,7 +274,7 @@ class ViewWriter:
         self._rebuild, self._expected, self._root = rebuild, view.tip(), view.root
         self._tip = start = view.root if rebuild else self._expected  # the last commit of a finished batch
         if paths is None or rebuild:
-            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))}, novelty=False)
+            paths = PathMap({path: path for path in map(decoded, self._git.tree_files(start))})
         self.paths, self._changes = paths, TreeChanges()
         paths.listener = self._changes
         self._stream: FastImport | None = None

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import operator
 import os
 import posixpath
 import secrets
@@ -22,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from memsync.errors import MirrorError, RuleViolation
 from memsync.mirror.errors import PathEncodingError
 from memsync.mirror.fastimport import blob_id
-from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore
+from memsync.mirror.gitstore import TEMPORARY_PREFIX, GitStore, make_durable
 from memsync.mirror.ignores import is_ignore_file, is_ignored
 from memsync.mirror.paths import (
     check_memory_path,
@@ -155,14 +156,8 @@ def _walk(root: Path) -> Iterable[tuple[str, os.stat_result]]:
                 yield tree_path, info
 
 
-_KINDS = {
-    stat.S_IFREG: "file",
-    stat.S_IFLNK: "symlink",
-    stat.S_IFIFO: "fifo",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFCHR: "device",
-    stat.S_IFBLK: "device",
-}
+_KINDS = {stat.S_IFREG: "file", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"}
+_KINDS |= dict.fromkeys((stat.S_IFCHR, stat.S_IFBLK), "device")
 
 
 class _NotRegular(Exception):
@@ -171,13 +166,8 @@ class _NotRegular(Exception):
 
 # O_NOFOLLOW and O_NONBLOCK do not exist on Windows, where a link is no file to open by mistake and
 # a fifo cannot sit in a folder; the fstat below still refuses anything but a regular file.
-_READ_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
+_OPTIONAL_FLAGS = ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY")
+_READ_FLAGS = functools.reduce(operator.or_, (getattr(os, name, 0) for name in _OPTIONAL_FLAGS), os.O_RDONLY)
 
 
 def _hash_file(full: Path) -> tuple[str, int, bytes | None]:
@@ -368,14 +358,18 @@ class Worktree:
                 pending.append((spelling[memory_path], self.locate(memory_path), wanted))
             elif present[memory_path] != spelling[memory_path]:
                 pending.append((spelling[memory_path], present[memory_path], None))
+        touched = [path for target, where, _ in pending for path in (target, where) if path is not None]
         for memory_path in sorted(removed):
             if (gone := self.locate(memory_path)) is not None:
                 self._check_unchanged(memory_path, by_path[memory_path].expected_sha256)
                 os.unlink(self.path / gone)
                 prune_folders(self.path, gone)
+                touched.append(gone)
         # A step blocked now may run once another has moved out of its way: go round while any runs.
         while len(blocked := [step for step in pending if not self._move_or_write(*step)]) < len(pending):
             pending = blocked
+        # Durable before the caller moves the base: after a power cut, a file cut short would read as an edit.
+        make_durable(self.path, touched)
         for target, _, write in pending:
             if write is not None:
                 raise MirrorError(

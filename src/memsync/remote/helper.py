@@ -380,6 +380,8 @@ def _one_line(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """``git-remote-memstore REMOTE URL``, run by git for ``memstore::URL``."""
+    # As memsync.cli.main does: httpx's own command line (rich, pygments) is never run here.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or "GIT_DIR" not in os.environ:
         sys.stderr.write(

@@ -8,7 +8,9 @@ a pull and a push); callers hold no git or HTTP knowledge of their own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,12 +117,17 @@ def run_cycle(
     withholds them instead, named in ``status``, while the other changes go.
     """
     try:
-        with store_lock(root, store.id):
-            _keep_base_ids(root, store.id)
+        with store_lock(root, store.id), _opened(root, store.id) as mirror:
             pull = pulled
             if pull is None:
                 pull = pull_store(
-                    client, store, root, full_scan=full_scan, locked=True, skip_versions=skip_versions
+                    client,
+                    store,
+                    root,
+                    full_scan=full_scan,
+                    locked=True,
+                    skip_versions=skip_versions,
+                    mirror=mirror,
                 )
             push: PushReport | None = None
             if pull.ok:
@@ -135,6 +142,7 @@ def run_cycle(
                     max_delete_share=max_delete_share,
                     skip_versions=skip_versions,
                     withhold_over_limit=withhold_over_limit,
+                    mirror=mirror,
                 )
     except LockHeld as exc:
         pull = PullReport(id=store.id, name=store.name, path=str(mirror_path(root, store.id)))
@@ -152,17 +160,28 @@ def run_cycle(
     return report
 
 
-def _keep_base_ids(root: Path, store_id: str) -> None:
-    """Before the pull moves the tip: keep the base's memory ids while they are cheap to read."""
+@contextlib.contextmanager
+def _opened(root: Path, store_id: str) -> Iterator[Mirror | None]:
+    """The store's mirror, opened once for the cycle's pull and push, with the base's memory ids kept
+    while they are cheap to read (before the pull moves the tip); None when there is none yet or it
+    cannot be opened: the pull then opens (or creates) it itself and reports why it cannot."""
     where = mirror_path(root, store_id)
     if not (where / ".git").is_dir():
+        yield None
         return
     try:
-        with Mirror.open(where) as mirror:
-            Snapshots(mirror).keep_base_ids()
+        mirror = Mirror.open(where)
     except MemsyncError as exc:
-        # A cache: without it the reconcile replays the history for the base's ids instead.
         log.debug("%s: base ids not kept: %s", store_id, exc)
+        yield None
+        return
+    with mirror:
+        try:
+            Snapshots(mirror).keep_base_ids()
+        except MemsyncError as exc:
+            # A cache: without it the reconcile replays the history for the base's ids instead.
+            log.debug("%s: base ids not kept: %s", store_id, exc)
+        yield mirror
 
 
 def _push(
@@ -176,12 +195,16 @@ def _push(
     max_delete_share: float,
     skip_versions: frozenset[str],
     withhold_over_limit: bool,
+    mirror: Mirror | None,
 ) -> None:
     def import_new_versions() -> None:
         # Import only: the reconcile moves the checkout, the base and main itself once its plan
         # ran. A fast-forward here took a checkout the user had staged exactly as pushed for the
-        # leftover of an interrupted checkout, and moved the base under the reconcile.
-        again = pull_store(client, store, root, locked=True, checkout=False, skip_versions=skip_versions)
+        # leftover of an interrupted checkout, and moved the base under the reconcile. Through the
+        # reconcile's own mirror (bound below): a second one would rebuild the path map it holds.
+        again = pull_store(
+            client, store, root, locked=True, checkout=False, skip_versions=skip_versions, mirror=mirror
+        )
         pull.imported += again.imported
         pull.requests += again.requests
         pull.skipped += again.skipped
@@ -191,7 +214,7 @@ def _push(
             raise MemsyncError(f"importing the store's new versions: {again.error}")
 
     try:
-        with open_mirror(root, store.id) as mirror:
+        with open_mirror(root, store.id) if mirror is None else contextlib.nullcontext(mirror) as mirror:
             # Before the cheap "anything to do?" test: mid-rebase (or on another branch) git status
             # can be clean while the checkout is not main's at all, and the user should hear why
             # nothing of it is synced.

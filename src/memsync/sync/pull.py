@@ -213,10 +213,12 @@ def pull_store(
     progress: Progress | None = None,
     locked: bool = False,
     checkout: bool = True,
+    mirror: Mirror | None = None,
 ) -> PullReport:
     """Pull one store into ``root/<store id>``; errors are caught into the report, never raised.
 
-    ``locked``: the caller already holds :func:`store_lock` (a whole sync cycle runs under it).
+    ``locked``: the caller already holds :func:`store_lock` (a whole sync cycle runs under it), and
+    ``mirror`` is the store's mirror it opened (None: opened, or created, here).
     ``checkout=False`` imports only: a reconcile in progress owns the checkout, ``main`` and the
     base until it ends, and a fast-forward in the middle of it would move the base under it.
     """
@@ -225,7 +227,7 @@ def pull_store(
     try:
         with (
             contextlib.nullcontext() if locked else store_lock(root, store.id),
-            open_mirror(root, store.id) as mirror,
+            open_mirror(root, store.id) if mirror is None else contextlib.nullcontext(mirror) as mirror,
         ):
             _follow_origin(mirror, client, report)
             first_import = mirror.tip() is None

@@ -6,12 +6,15 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memsync.api import Client, Store, open_client
-from memsync.config import Config, Shard
 from memsync.engine.shards import owner, owns
 from memsync.errors import ConfigError, UsageError
 from memsync.mirror import Origin
+
+if TYPE_CHECKING:  # the remote helper selects no stores and reads no config: it does not build its models
+    from memsync.config import Config, Shard
 
 # Connections one store's work may hold at once: a content fetch's requests in flight (at most 16,
 # memsync.api) and a few besides.
