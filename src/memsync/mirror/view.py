@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote
@@ -36,8 +37,7 @@ _VIEW_TRAILER = "Memsync-View-Format"
 
 _CONFIG: dict[str, str] = {
     **PLAIN_CHECKOUT,
-    # A rebuild prunes the history it replaced: a reflog naming those commits would keep content
-    # the stores no longer serve.
+    # A rebuild prunes what it replaced: a reflog naming those commits would keep content no store serves.
     "core.logallrefupdates": "false",
     "memsync.viewformat": VIEW_FORMAT,
 }
@@ -82,27 +82,6 @@ class ViewCommit:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def _tokens(stream: IO[bytes]) -> Iterator[bytes]:
-    """The NUL-separated fields of ``git log -z``, read a chunk at a time."""
-    pending = b""
-    while chunk := stream.read(1 << 16):
-        *whole, pending = (pending + chunk).split(b"\0")
-        yield from whole
-    yield pending
-
-
-def _store_commit(head: bytes, removed: dict[str, str], added: dict[str, str]) -> StoreCommit:
-    commit_id, author, committer, message = head.split(b"\n", 3)
-    version = ImportedVersion.from_trailers(
-        commit_id.decode(), parse_message(message.decode(), commit_id.decode())
-    )
-    # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
-    # addition of the same memory path with the same blob: no change of that memory at all.
-    changes: dict[str, str | None] = {path: None for path in removed if path not in added}
-    changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-    return StoreCommit(version, author, committer, changes)
-
-
 class View:
     """The git repository of one awareness view (:meth:`open`); the plumbing stays behind ``git``."""
 
@@ -137,40 +116,45 @@ class View:
         mirror: Mirror, since: str | None = None, until: str | None = None
     ) -> Iterator[StoreCommit]:
         """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
-        first, streamed by one ``git log`` (a tree diff per commit through pygit2 costs several times more,
-        and each store's process runs beside the others'); memory stays flat whatever the length."""
-        tip = until or mirror.tip()
-        if tip is None:
+        first, streamed by one ``git log`` (pygit2's tree diff per commit costs several times more)."""
+
+        def fields(stream: IO[bytes], pending: bytes = b"") -> Iterator[bytes]:  # read a chunk at a time
+            while chunk := stream.read(1 << 16):
+                *whole, pending = (pending + chunk).split(b"\0")
+                yield from whole
+            yield pending
+
+        if (tip := until or mirror.tip()) is None:
             return
         command = ["git", *NO_HOOKS, f"--git-dir={mirror.git.git_dir}", "log", "-z", "--reverse", "--raw"]
         command += ["--topo-order", "--root", "--no-renames", "--no-abbrev", "--no-color", "--date=raw", tip]
         command += ["--format=%x01%H%n%an <%ae> %ad%n%cn <%ce> %cd%n%B", *([f"^{since}"] if since else [])]
         git = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_environment())
-        assert git.stdout is not None and git.stderr is not None
-        head, tokens, read = None, _tokens(git.stdout), False
-        removed, added = dict[str, str](), dict[str, str]()
-        try:  # a commit's fields, then `:mode mode old-blob new-blob status` and its path for each file
-            for token in tokens:
+        assert git.stdout is not None
+
+        tokens, head, removed, added = fields(git.stdout), b"", dict[str, str](), dict[str, str]()
+        try:  # each commit's fields, then `:mode mode old-blob new-blob status` and the path of each file
+            for token in chain(tokens, [b"\x01"]):  # the last commit ends at a commit of none
+                if token.startswith(b"\x01") and head:
+                    commit_id, author, committer, message = head.split(b"\n", 3)
+                    cid = commit_id.decode()
+                    # A file respelled (`a` → `a%_` as `a/b` appears) is removed and added alike: no change.
+                    changes: dict[str, str | None] = {path: None for path in removed if path not in added}
+                    changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
+                    version = ImportedVersion.from_trailers(cid, parse_message(message.decode(), cid))
+                    yield StoreCommit(version, author, committer, changes)
                 if token.startswith(b"\x01"):
-                    if head is not None:
-                        yield _store_commit(head, removed, added)
                     head, removed, added = token[1:], {}, {}
                 elif token.strip(b"\n"):
                     _, _, old, new, status = token.lstrip(b"\n").decode().split(" ")
                     path = decoded(next(tokens).decode("utf-8", "surrogateescape"))
-                    if status in ("D", "T"):
-                        removed[path] = old
-                    if status != "D":
-                        added[path] = new
-            read = True
-            if head is not None:
-                yield _store_commit(head, removed, added)
-        finally:  # a reader that stopped early closes the pipe: git ends on its next write
+                    removed.update({path: old} if status in ("D", "T") else {})
+                    added.update({path: new} if status != "D" else {})
+        finally:  # a reader that stopped early closes the pipe, and git dies of SIGPIPE at its next write
             git.stdout.close()
-            errors = git.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            if git.wait() and read:
+            errors = git.communicate()[1].decode("utf-8", "replace").strip().splitlines()
+            if git.returncode > 0:
                 raise MirrorError(f"reading the history of {mirror.path} failed: {' / '.join(errors[-3:])}")
-            git.stderr.close()
 
     def close(self) -> None:
         self.git.close()
@@ -286,9 +270,7 @@ class ViewWriter:
     ) -> None:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
         (``read`` gives a blob's bytes from the store's mirror), or None where it left the view."""
-        if self._stream is None:
-            self._stream = self._git.fast_import()
-        stream = self._stream
+        stream = self._stream = self._stream or self._git.fast_import()
         self._changes.clear()
         for path, target in visible.items():
             if target is None:
@@ -303,13 +285,8 @@ class ViewWriter:
             if self.paths.owner(path) is None:
                 self.paths.add(path, path)
             self._changes.put(self.paths, path, blob_id)
-        stream.commit(
-            parent=self._tip,
-            author=commit.source.author,
-            committer=commit.source.committer,
-            message=commit.message(),
-            changes=self._changes,
-        )
+        who = {"author": commit.source.author, "committer": commit.source.committer}
+        stream.commit(parent=self._tip, message=commit.message(), changes=self._changes, **who)
         # Ten of an import's batches: each waits for its pack, and past eight packs the view is repacked.
         if stream.commits >= 10 * DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
@@ -350,8 +327,7 @@ class ViewWriter:
 
     def _write_batch(self) -> None:
         stream, self._stream = self._stream, None
-        if stream is None:
-            return
-        ids = stream.finish()
-        self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
-        self._tip = self.ids[-1] if self.ids else self._tip
+        if stream is not None:
+            ids = stream.finish()
+            self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
+            self._tip = self.ids[-1] if self.ids else self._tip
