@@ -34,6 +34,7 @@ VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
 _VIEW_TRAILER = "Memsync-View-Format"
+_CHECKOUT = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS | CheckoutStrategy.DONT_OVERWRITE_IGNORED
 
 _CONFIG: dict[str, str] = {
     **PLAIN_CHECKOUT,
@@ -300,11 +301,9 @@ class ViewWriter:
             with translated("checking out the awareness view"):
                 target = self._git.tree(tip)
                 conflicts = ConflictPaths()
-                strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
-                strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
                 # An append checks out only what it changed: a whole tree's check costs its size.
                 changed = None if self._rebuild else sorted(changed_paths(self._git, expected, tip or ""))
-                self._git.checkout(target, strategy=strategy, callbacks=conflicts, paths=changed)
+                self._git.checkout(target, strategy=_CHECKOUT, callbacks=conflicts, paths=changed)
                 if conflicts.paths:
                     # The index takes main's entry for each skipped file, so git status shows the edit.
                     index = self._git.index()
