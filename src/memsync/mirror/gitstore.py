@@ -305,8 +305,8 @@ class GitStore:
         # would then read as the user's deletion). With HEAD's old files put back first, it replaces them.
         repo, wanted = self._repo, None if paths is None else set(paths)
         restored: dict[Path, bytes] = {}
-        if not repo.head_is_unborn and repo.workdir is not None:
-            for delta in repo.head.peel(pygit2.Tree).diff_to_tree(tree).deltas:
+        if not repo.head_is_unborn and repo.workdir is not None and len(head := repo.head.peel(pygit2.Tree)):
+            for delta in head.diff_to_tree(tree).deltas:
                 path = delta.old_file.path
                 on_disk = self.workdir / path
                 if (

@@ -92,6 +92,7 @@ def _escape_piece(piece: str, final: bool, spelling: Spelling) -> str:
     return "".join(_pct(ch) if i in forced or escaped.match(ch) else ch for i, ch in enumerate(piece))
 
 
+@functools.lru_cache(maxsize=1 << 12)  # a folder's segment repeats in every path below it
 def _encode_segment(segment: str, spelling: Spelling, suffixed: bool = False) -> list[str]:
     """The tree components of one memory segment (rule 4); with ``suffixed``, the last ends in ``%_``."""
     last_limit = _PIECE_MAX if suffixed else NAME_MAX

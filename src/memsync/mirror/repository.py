@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ class ImportedVersion:
     @classmethod
     def from_trailers(cls, commit: str, trailers: Trailers) -> ImportedVersion:
         # Every trailer has a field of the same name here.
-        return cls(commit, **{field.name: getattr(trailers, field.name) for field in fields(trailers)})
+        return cls(commit, **{name: getattr(trailers, name) for name in trailers.__slots__})
 
 
 class Mirror:

@@ -7,9 +7,12 @@ the message derives from ids and paths, the tree from the file set.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
+from typing import IO
 from urllib.parse import quote
 
 import pygit2
@@ -19,7 +22,7 @@ from memsync.errors import MirrorError, UsageError
 from memsync.mirror.checkout import ConflictPaths, changed_paths
 from memsync.mirror.errors import translated
 from memsync.mirror.fastimport import FastImport
-from memsync.mirror.gitbinary import require_git, run_git
+from memsync.mirror.gitbinary import NO_HOOKS, git_environment, require_git, run_git
 from memsync.mirror.gitstore import GitStore
 from memsync.mirror.history import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_COMMITS, PathMap, TreeChanges
 from memsync.mirror.paths import decoded, quote_for_message
@@ -31,22 +34,14 @@ VIEW_FORMAT = "1"
 VIEWS_FOLDER = "awareness"
 _ID_SEGMENT_MAX = 200  # bytes of one escaped id: two of them and the root stay far below PATH_MAX
 _VIEW_TRAILER = "Memsync-View-Format"
+_CHECKOUT = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS | CheckoutStrategy.DONT_OVERWRITE_IGNORED
 
 _CONFIG: dict[str, str] = {
     **PLAIN_CHECKOUT,
-    # A rebuild prunes the history it replaced: a reflog naming those commits would keep content
-    # the stores no longer serve.
+    # A rebuild prunes what it replaced: a reflog naming those commits would keep content no store serves.
     "core.logallrefupdates": "false",
     "memsync.viewformat": VIEW_FORMAT,
 }
-
-
-def _signature_line(signature: pygit2.Signature) -> bytes:
-    """The author or committer line exactly as the commit records it (raw bytes, its own offset)."""
-    sign = "-" if signature.offset < 0 else "+"
-    hours, minutes = divmod(abs(signature.offset), 60)
-    name, email = signature.raw_name, signature.raw_email
-    return b"%s <%s> %d %s%02d%02d" % (name, email, signature.time, sign.encode(), hours, minutes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,32 +117,45 @@ class View:
         mirror: Mirror, since: str | None = None, until: str | None = None
     ) -> Iterator[StoreCommit]:
         """The imported commits after ``since`` (an ancestor) up to ``until`` (default: the tip), oldest
-        first; read one at a time, so memory stays flat whatever the history's length."""
-        tip = until or mirror.tip()
-        if tip is None:
+        first, streamed by one ``git log`` (pygit2's tree diff per commit costs several times more)."""
+
+        def fields(stream: IO[bytes], pending: bytes = b"") -> Iterator[bytes]:  # read a chunk at a time
+            while chunk := stream.read(1 << 16):
+                *whole, pending = (pending + chunk).split(b"\0")
+                yield from whole
+            yield pending
+
+        if (tip := until or mirror.tip()) is None:
             return
-        with translated(f"walking the history of {mirror.path}"):
-            commits = mirror.git.walk(tip, since=since, oldest_first=True)
-        while True:
-            with translated(f"reading the history of {mirror.path}"):
-                commit = next(commits, None)
-                if commit is None:
-                    return
-                commit_id = str(commit.id)
-                version = ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
-                parent = commit.parents[0].tree if commit.parents else mirror.git.tree(None)
-                removed, added = dict[str, str](), dict[str, str]()
-                for delta in parent.diff_to_tree(commit.tree).deltas:
-                    if delta.status in (DeltaStatus.DELETED, DeltaStatus.TYPECHANGE):
-                        removed[decoded(delta.old_file.path)] = str(delta.old_file.id)
-                    if delta.status is not DeltaStatus.DELETED:
-                        added[decoded(delta.new_file.path)] = str(delta.new_file.id)
-                author, committer = _signature_line(commit.author), _signature_line(commit.committer)
-            # A file respelled within one commit (`a` → `a%_` when `a/b` appears) is a removal and an
-            # addition of the same memory path with the same blob: no change of that memory at all.
-            changes: dict[str, str | None] = {path: None for path in removed if path not in added}
-            changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
-            yield StoreCommit(version, author, committer, changes)
+        command = ["git", *NO_HOOKS, f"--git-dir={mirror.git.git_dir}", "log", "-z", "--reverse", "--raw"]
+        command += ["--topo-order", "--root", "--no-renames", "--no-abbrev", "--no-color", "--date=raw", tip]
+        command += ["--format=%x01%H%n%an <%ae> %ad%n%cn <%ce> %cd%n%B", *([f"^{since}"] if since else [])]
+        git = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_environment())
+        assert git.stdout is not None
+
+        tokens, head, removed, added = fields(git.stdout), b"", dict[str, str](), dict[str, str]()
+        try:  # each commit's fields, then `:mode mode old-blob new-blob status` and the path of each file
+            for token in chain(tokens, [b"\x01"]):  # the last commit ends at a commit of none
+                if token.startswith(b"\x01") and head:
+                    commit_id, author, committer, message = head.split(b"\n", 3)
+                    cid = commit_id.decode()
+                    # A file respelled (`a` → `a%_` as `a/b` appears) is removed and added alike: no change.
+                    changes: dict[str, str | None] = {path: None for path in removed if path not in added}
+                    changes.update((path, blob) for path, blob in added.items() if removed.get(path) != blob)
+                    version = ImportedVersion.from_trailers(cid, parse_message(message.decode(), cid))
+                    yield StoreCommit(version, author, committer, changes)
+                if token.startswith(b"\x01"):
+                    head, removed, added = token[1:], {}, {}
+                elif token.strip(b"\n"):
+                    _, _, old, new, status = token.lstrip(b"\n").decode().split(" ")
+                    path = decoded(next(tokens).decode("utf-8", "surrogateescape"))
+                    removed.update({path: old} if status in ("D", "T") else {})
+                    added.update({path: new} if status != "D" else {})
+        finally:  # a reader that stopped early closes the pipe, and git dies of SIGPIPE at its next write
+            git.stdout.close()
+            errors = git.communicate()[1].decode("utf-8", "replace").strip().splitlines()
+            if git.returncode > 0:
+                raise MirrorError(f"reading the history of {mirror.path} failed: {' / '.join(errors[-3:])}")
 
     def close(self) -> None:
         self.git.close()
@@ -263,9 +271,7 @@ class ViewWriter:
     ) -> None:
         """One commit: ``visible`` maps each path whose visible copy changed to ``(blob id, read)``
         (``read`` gives a blob's bytes from the store's mirror), or None where it left the view."""
-        if self._stream is None:
-            self._stream = self._git.fast_import()
-        stream = self._stream
+        stream = self._stream = self._stream or self._git.fast_import()
         self._changes.clear()
         for path, target in visible.items():
             if target is None:
@@ -280,14 +286,10 @@ class ViewWriter:
             if self.paths.owner(path) is None:
                 self.paths.add(path, path)
             self._changes.put(self.paths, path, blob_id)
-        stream.commit(
-            parent=self._tip,
-            author=commit.source.author,
-            committer=commit.source.committer,
-            message=commit.message(),
-            changes=self._changes,
-        )
-        if stream.commits >= DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
+        who = {"author": commit.source.author, "committer": commit.source.committer}
+        stream.commit(parent=self._tip, message=commit.message(), changes=self._changes, **who)
+        # Ten of an import's batches: each waits for its pack, and past eight packs the view is repacked.
+        if stream.commits >= 10 * DEFAULT_BATCH_COMMITS or stream.bytes_written >= DEFAULT_BATCH_BYTES:
             self._write_batch()
 
     def finish(self) -> str | None:
@@ -299,11 +301,9 @@ class ViewWriter:
             with translated("checking out the awareness view"):
                 target = self._git.tree(tip)
                 conflicts = ConflictPaths()
-                strategy = CheckoutStrategy.SAFE | CheckoutStrategy.ALLOW_CONFLICTS
-                strategy |= CheckoutStrategy.DONT_OVERWRITE_IGNORED
                 # An append checks out only what it changed: a whole tree's check costs its size.
                 changed = None if self._rebuild else sorted(changed_paths(self._git, expected, tip or ""))
-                self._git.checkout(target, strategy=strategy, callbacks=conflicts, paths=changed)
+                self._git.checkout(target, strategy=_CHECKOUT, callbacks=conflicts, paths=changed)
                 if conflicts.paths:
                     # The index takes main's entry for each skipped file, so git status shows the edit.
                     index = self._git.index()
@@ -326,8 +326,7 @@ class ViewWriter:
 
     def _write_batch(self) -> None:
         stream, self._stream = self._stream, None
-        if stream is None:
-            return
-        ids = stream.finish()
-        self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
-        self._tip = self.ids[-1] if self.ids else self._tip
+        if stream is not None:
+            ids = stream.finish()
+            self.ids += [ids[mark] for mark in range(1, stream.commits + 1)]
+            self._tip = self.ids[-1] if self.ids else self._tip
