@@ -128,7 +128,10 @@ class View:
         if (tip := until or mirror.tip()) is None:
             return
         command = ["git", *NO_HOOKS, f"--git-dir={mirror.git.git_dir}", "log", "-z", "--reverse", "--raw"]
+        # Each option pins what a user's git config could change (colour, abbreviation, renames, the
+        # messages' output encoding).
         command += ["--topo-order", "--root", "--no-renames", "--no-abbrev", "--no-color", "--date=raw", tip]
+        command += ["--encoding=UTF-8"]
         command += ["--format=%x01%H%n%an <%ae> %ad%n%cn <%ce> %cd%n%B", *([f"^{since}"] if since else [])]
         git = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=git_environment())
         assert git.stdout is not None
