@@ -129,7 +129,8 @@ def main() -> int:
         work = Path(tmp)
         memories = [{"path": f"notes/n{i:03d}.md", "content": f"# note {i}\n"} for i in range(args.memories)]
         seed = work / "seed.json"
-        seed.write_text(json.dumps({"stores": [{"dialect": "cloud", "name": "soak", "memories": memories}]}))
+        store_seed = {"dialect": "cloud", "name": "soak", "description": "notes", "memories": memories}
+        seed.write_text(json.dumps({"stores": [store_seed]}))
         server = Server(work / "server.sqlite3", seed)
         try:
             with open_client(Dialect.CLOUD, server.base_url, TOKEN) as client:
