@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,23 +12,11 @@ import pytest
 from memsync.api import open_client
 from memsync.rules import Dialect
 from memsync.sync.locks import held
+from tests.support.cli import memsync
 from tests.support.server import ServerProcess
 
 # Every test here runs the memsync CLI (or the demo) as a process.
 pytestmark = pytest.mark.e2e
-
-
-def memsync(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 @pytest.fixture

@@ -17,24 +17,12 @@ import pytest
 
 from memsync.api import open_client
 from memsync.rules import Dialect
+from tests.support.cli import memsync
 from tests.support.ports import free_port
 from tests.support.server import ServerProcess
 
 # Every test here runs the memsync CLI, the demo or the daemon as a process.
 pytestmark = pytest.mark.e2e
-
-
-def memsync(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 @pytest.fixture

@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from memsync.rules import Dialect
-
-
-def memsync(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the memsync command as a user does."""
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=120,
-    )
+from tests.support.cli import memsync as memsync  # the backup tests import it from here
 
 
 def stores_json(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
