@@ -2,10 +2,11 @@
 
 One Cloud store of ``--memories`` memories (30) under ``memsync daemon`` (interval ``--interval``, 3 s,
 no jitter) while a client updates its memories at ``--rate`` versions a second (5), for ``--minutes``.
-Every ``--sample`` seconds (15) it prints the versions written so far, the daemon's own ``RssAnon``
-and the anonymous memory of the daemon and the git processes it runs at that moment
-(benchmarks/anonmem.py), and at the end the change after the first ``--settle`` minutes (10), the
-figure whose target is at most 10 %.
+Every ``--sample`` seconds (15) it prints the versions written so far, the daemon's own ``RssAnon``,
+the anonymous memory of the daemon and the git processes it runs at that moment
+(benchmarks/anonmem.py) and the daemon's open descriptors (those of deleted files apart: a pack a
+consolidation removed that a repository handle still holds), and at the end the change after the
+first ``--settle`` minutes (10), the figure whose target is at most 10 %.
 
 With ``--tracemalloc DIR`` the daemon runs under :mod:`tracemalloc` (8 frames) and writes a snapshot
 to DIR at every sample; the script then prints the 25 tracebacks whose memory grew most between the
@@ -90,6 +91,17 @@ class Writer(threading.Thread):
                 self.stopped.wait(max(0.0, start + self.written / self.rate - time.monotonic()))
 
 
+def descriptors(pid: int) -> tuple[int, int]:
+    """The process's open descriptors, and how many of them are of files deleted since."""
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            continue
+    return len(targets), sum(1 for target in targets if target.endswith(" (deleted)"))
+
+
 def print_growth(folder: Path, settle_index: int) -> None:
     import tracemalloc
 
@@ -129,7 +141,8 @@ def main() -> int:
         work = Path(tmp)
         memories = [{"path": f"notes/n{i:03d}.md", "content": f"# note {i}\n"} for i in range(args.memories)]
         seed = work / "seed.json"
-        seed.write_text(json.dumps({"stores": [{"dialect": "cloud", "name": "soak", "memories": memories}]}))
+        store_seed = {"dialect": "cloud", "name": "soak", "description": "notes", "memories": memories}
+        seed.write_text(json.dumps({"stores": [store_seed]}))
         server = Server(work / "server.sqlite3", seed)
         try:
             with open_client(Dialect.CLOUD, server.base_url, TOKEN) as client:
@@ -146,7 +159,7 @@ def main() -> int:
             writer.start()
             began = time.monotonic()
             rows: list[tuple[float, int, float, float]] = []
-            print("minute  versions  daemon RssAnon MiB  daemon+git anon MiB", flush=True)
+            print("minute  versions  daemon RssAnon MiB  daemon+git anon MiB  fds  deleted", flush=True)
             try:
                 while time.monotonic() - began < args.minutes * 60:
                     time.sleep(args.sample)
@@ -156,7 +169,9 @@ def main() -> int:
                     tree = tree_total_kib(daemon.pid) / 1024
                     minute = (time.monotonic() - began) / 60
                     rows.append((minute, writer.written, own, tree))
-                    print(f"{minute:6.2f}  {writer.written:8d}  {own:18.1f}  {tree:19.1f}", flush=True)
+                    fds, deleted = descriptors(daemon.pid)
+                    row = f"{minute:6.2f}  {writer.written:8d}  {own:18.1f}  {tree:19.1f}"
+                    print(f"{row}  {fds:3d}  {deleted:7d}", flush=True)
                     if args.tracemalloc is not None:
                         daemon.send_signal(signal.SIGUSR1)
             finally:

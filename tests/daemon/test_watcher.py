@@ -92,6 +92,31 @@ def test_in_place_write_is_one_change(watched: tuple[Store, Path, Recorder, Chec
     assert recorder.until_barrier() == []
 
 
+def open_files_under(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open (its descriptors, as /proc lists them)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if target.startswith(f"{folder}{os.sep}"):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="lists descriptors through /proc")
+def test_a_compared_save_leaves_no_file_of_the_mirror_open(
+    watched: tuple[Store, Path, Recorder, CheckoutWatcher],
+) -> None:
+    # A repository kept open between comparisons keeps every pack the cycles write, and later
+    # consolidate away, open: descriptors and memory that grow with the imports.
+    _, checkout, recorder, _ = watched
+    (checkout / "notes" / "a.md").write_text("edited\n")
+    assert recorder.next_change() == ["notes/a.md"]
+    assert open_files_under(checkout / ".git") == []
+
+
 def test_temp_file_and_rename_is_one_change_of_the_real_name(
     watched: tuple[Store, Path, Recorder, CheckoutWatcher],
 ) -> None:

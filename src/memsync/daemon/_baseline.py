@@ -90,7 +90,14 @@ class CheckoutBaseline:
 
     def changed(self, tree_paths: Iterable[str]) -> list[str]:
         """The paths among ``tree_paths`` whose content is an edit memsync has not been asked to handle."""
-        wanted = sorted(set(tree_paths))
+        try:
+            return self._changed(sorted(set(tree_paths)))
+        finally:
+            # The mirror is not kept open between comparisons: an open repository keeps every pack the
+            # cycles write and later consolidate away open, descriptors and maps that grow with imports.
+            self.close()
+
+    def _changed(self, wanted: list[str]) -> list[str]:
         try:
             base = self._base_tree()
         except MemsyncError as exc:

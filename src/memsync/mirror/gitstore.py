@@ -217,11 +217,10 @@ class GitStore:
 
     def merge_base(self, one: str, other: str) -> str | None:
         """The best common ancestor of two commits, or None when they share no history."""
-        try:
-            found = self._repo.merge_base(one, other)
-        except (pygit2.GitError, KeyError, ValueError, TypeError):
-            return None
-        return None if found is None else str(found)
+        with contextlib.suppress(pygit2.GitError, KeyError, ValueError, TypeError):
+            if (found := self._repo.merge_base(one, other)) is not None:
+                return str(found)
+        return None
 
     def commit(self, commit_id: str) -> pygit2.Commit:
         with translated(f"reading commit {commit_id}"):
@@ -240,6 +239,11 @@ class GitStore:
         walker = self._repo.walk(tip, sort.TOPOLOGICAL | (sort.REVERSE if oldest_first else sort.NONE))
         if since is not None:
             walker.hide(since)
+        return iter(walker)
+
+    def first_parents(self, tip: str) -> Iterator[pygit2.Commit]:
+        """``tip`` and its first parents, newest first, read as consumed (a sorted walk reads all first)."""
+        (walker := self._repo.walk(tip, pygit2.enums.SortMode.NONE)).simplify_first_parent()
         return iter(walker)
 
     def tree_files(self, commit: str | None) -> dict[str, str]:

@@ -269,15 +269,11 @@ class Mirror:
         return ImportedVersion.from_trailers(tip, parse_message(self.git.commit(tip).message, tip))
 
     def imported_versions(self) -> Iterator[ImportedVersion]:
-        """Every imported version, newest first (a walk of the whole history: for rare cases)."""
+        """Every imported version, newest first, read as consumed (the import history is one line)."""
         tip = self.tip()
-        for commit in self.git.walk(tip) if tip is not None else ():
+        for commit in self.git.first_parents(tip) if tip is not None else ():
             commit_id = str(commit.id)
             yield ImportedVersion.from_trailers(commit_id, parse_message(commit.message, commit_id))
-
-    def imported_version_ids(self) -> Iterator[str]:
-        """The ids of every imported version (skipped ones included), newest first."""
-        return (version.version_id for version in self.imported_versions())
 
     def blob_for_sha256(self, sha256: str) -> str | None:
         """The blob holding the content with this SHA-256, if the mirror has it: fetch it otherwise."""

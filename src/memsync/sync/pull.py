@@ -368,7 +368,7 @@ class _Importer:
             checkpoint is not None
             and stop is not None
             and stop.id != checkpoint.version_id
-            and stop.id not in set(self.mirror.imported_version_ids())
+            and stop.id not in {version.version_id for version in self.mirror.imported_versions()}
         ):
             self.report.warnings.append(
                 f"version {stop.id} turned up older than the mirror's tip; listed every version"
