@@ -33,8 +33,8 @@ from tests.support.server import ServerProcess
 # Every test here runs memsync as a process: killed, faulted, or on a full disk.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-# Measured here: a checkout of 400 files on a tmpfs ended before most kills of the 0-40 ms series;
-# one of 1,500 (measurements of a kill at random instants used that size) lasts long enough.
+# A checkout of 400 files on a tmpfs ended before most kills of the 0-40 ms series (measured);
+# one of 1,500 lasts long enough for some to land inside it.
 FILES = 1500
 KILLS = int(os.environ.get("MEMSYNC_RANDOM_KILLS", "4"))
 SEED = int(os.environ.get("MEMSYNC_KILL_SEED", "2026"))
