@@ -14,7 +14,6 @@ import os
 import queue
 import stat
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from memsync.mirror import decode_path
 from memsync.rules import Dialect
 from memsync.sync.permissions import exposure
 from tests.push.conftest import Side, git
+from tests.support.cli import memsync
 from tests.support.filesystems import FILESYSTEMS, mounted
 from tests.support.server import ServerProcess
 
@@ -146,17 +146,7 @@ def test_a_token_file_on_it_is_warned_about_not_refused(
     token.write_text(server.token + "\n")
     token.chmod(0o600)
     assert stat.S_IMODE(token.stat().st_mode) & 0o077  # the chmod did not hold
-    config = tmp_path / "memsync.toml"
-    config.write_text(
-        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
-        f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _stores_with_token_file(server, token, tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"memsync: warning: api.token_file: {token} is on a filesystem that keeps no" in done.stderr
     assert "umask=077" in done.stderr and "uid=" in done.stderr and "chmod 600" not in done.stderr
@@ -177,17 +167,7 @@ def test_the_mount_options_docs_give_keep_it_private(
         (point / "folder").mkdir()
         for made in (token, point / "folder"):
             assert stat.S_IMODE(made.stat().st_mode) & 0o077 == 0 and made.stat().st_uid == os.getuid()
-        config = tmp_path / "memsync.toml"
-        config.write_text(
-            f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
-            f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
-        )
-        done = subprocess.run(
-            [sys.executable, "-m", "memsync", "--config", str(config), "stores"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = _stores_with_token_file(server, token, tmp_path)
         assert done.returncode == 0, done.stderr
         assert "keeps no permissions" not in done.stderr
     docs = (Path(__file__).resolve().parents[2] / "docs" / "platforms.md").read_text(encoding="utf-8")
@@ -215,3 +195,15 @@ def test_the_watchdog_watcher_hears_a_save_on_it(mount: Path, client: Client) ->
         assert changes.get(timeout=30) == ["notes/%52eadme.md"]
     finally:
         watcher.stop()
+
+
+def _stores_with_token_file(
+    server: ServerProcess, token: Path, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``memsync stores`` as a user runs it, the token read from ``token``."""
+    config = tmp_path / "memsync.toml"
+    config.write_text(
+        f'[api]\ndialect = "forward"\nbase_url = "{server.base_url}"\ntoken_file = "{token}"\n'
+        f'[mirror]\nroot = "{tmp_path / "mirrors"}"\n'
+    )
+    return memsync("--config", str(config), "stores")
